@@ -1,0 +1,72 @@
+"""The one error hierarchy. The CLI prints any DstackPlanError as a message and exits 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class DstackPlanError(Exception):
+    """Base of every error a user can cause; never a bug."""
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a configuration file, pointing at the offending key or value."""
+
+    file: str
+    line: int
+    """1-based line."""
+    column: int
+    """1-based column."""
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: error: {self.message}"
+
+
+class ConfigError(DstackPlanError):
+    """One or more problems in configuration files, each with file, line and column."""
+
+    def __init__(self, issues: list[ConfigIssue]):
+        self.issues = sorted(issues, key=lambda i: (i.file, i.line, i.column, i.message))
+        super().__init__("\n".join(str(i) for i in self.issues))
+
+    @classmethod
+    def at(cls, file: str | Path, line: int, column: int, message: str) -> ConfigError:
+        return cls([ConfigIssue(str(file), line, column, message)])
+
+
+class PlanError(DstackPlanError):
+    """The plan cannot be made or applied (stale plan, prevent_destroy, cycle...)."""
+
+
+class StateError(DstackPlanError):
+    """The state cannot be read or written consistently."""
+
+
+class LockError(StateError):
+    """The operation lock is held by someone else."""
+
+    def __init__(self, message: str, holder: object | None = None):
+        self.holder = holder
+        super().__init__(message)
+
+
+class ProviderError(DstackPlanError):
+    """A provider failed for a resource."""
+
+    def __init__(self, provider: str, message: str, resource: str | None = None):
+        self.provider = provider
+        self.resource = resource
+        where = f"{provider}: {resource}" if resource else provider
+        super().__init__(f"{where}: {message}")
+
+
+class AgentError(DstackPlanError):
+    """The host agent answered with an error or could not be reached."""
+
+    def __init__(self, host: str, message: str, status: int | None = None):
+        self.host = host
+        self.status = status
+        super().__init__(f"{host}: {message}")

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs and starts what the integration tests need. As root it installs missing Debian
+# packages and starts dockerd; as a normal user it only says what is missing.
+set -euo pipefail
+
+need_pkgs=()
+command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
+[ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || need_pkgs+=(busybox-static)
+[ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
+
+if [ "$(id -u)" != 0 ]; then
+  if [ ${#need_pkgs[@]} -gt 0 ]; then
+    echo "test-deps: not root; integration tests need Debian packages: ${need_pkgs[*]}" >&2
+  fi
+  docker info >/dev/null 2>&1 || echo "test-deps: no Docker engine answers; docker tests will skip" >&2
+  exit 0
+fi
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "test-deps: installing ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  echo "test-deps: starting dockerd"
+  mkdir -p /var/log
+  nohup dockerd >/var/log/dstack-plan-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { echo "test-deps: dockerd did not start" >&2; tail -20 /var/log/dstack-plan-dockerd.log >&2; exit 1; }
+fi
+echo "test-deps: ok"

@@ -1,0 +1,44 @@
+"""Make stray name resolution fail loudly: tests may only reach loopback and their own hosts."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable
+from typing import Any
+
+ALLOWED_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+ALLOWED_NETWORKS = [
+    ipaddress.ip_network("127.0.0.0/8"),
+    ipaddress.ip_network("::1/128"),
+    ipaddress.ip_network("10.200.0.0/24"),  # the namespace test hosts
+    ipaddress.ip_network("0.0.0.0/32"),
+]
+
+
+class StrayNetworkAccess(RuntimeError):
+    """Raised when code under test tries to resolve a name outside the test network."""
+
+
+def is_allowed(host: Any) -> bool:
+    if host is None:
+        return True
+    if isinstance(host, bytes):
+        host = host.decode()
+    host = str(host)
+    if host in ALLOWED_NAMES or host == socket.gethostname():
+        return True
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    return any(address in net for net in ALLOWED_NETWORKS)
+
+
+def guarded_getaddrinfo(real: Callable[..., Any]) -> Callable[..., Any]:
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_allowed(host):
+            raise StrayNetworkAccess(f"test tried to resolve {host!r}: only loopback is allowed")
+        return real(host, *args, **kwargs)
+
+    return getaddrinfo

@@ -1,0 +1,56 @@
+"""Crash-safe file replacement: readers see the old bytes or the new bytes, never a mix."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+PRIVATE_MODE = 0o600
+
+
+def temp_path_for(path: Path) -> Path:
+    """A unique hidden sibling of `path`; same directory, so rename is atomic."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def leftover_temp_files(path: Path) -> list[Path]:
+    """Temp files of `path` left behind by writers that died mid-write."""
+    return sorted(path.parent.glob(f".{path.name}.tmp-*"))
+
+
+def fsync_dir(directory: Path) -> None:
+    """Persist directory entries (renames, links), so a power loss keeps the new name."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_private_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace `path` with `data`: temp file (mode 0600 from creation), fsync, rename.
+
+    With `sync_dir` the directory is fsynced too, so the rename itself is durable.
+    """
+    tmp = temp_path_for(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_MODE)
+    try:
+        # The umask can only narrow the mode; make it exactly 0600 before any byte lands.
+        os.fchmod(fd, PRIVATE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if sync_dir:
+        fsync_dir(path.parent)

@@ -1,0 +1,142 @@
+"""The backend interface every state store implements (`local` now, `s3` later).
+
+A backend stores one state document and one operation lock. Writes are compare-and-swap on
+an opaque version token taken from a previous `read()`: the serial for `local`, the ETag for
+`s3`. The rules for what a write persists live in `prepare_write`, shared by all backends.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Final
+
+from dstack_plan.clock import Clock, SystemClock
+from dstack_plan.errors import StateError
+from dstack_plan.state.lock import (
+    DEFAULT_LOCK_TTL,
+    LockHandle,
+    LockInfo,
+    acquire_with_backoff,
+    default_who,
+)
+from dstack_plan.state.model import State
+
+ABSENT: Final = "absent"
+"""The version token of a state that has never been written."""
+
+
+@dataclass(frozen=True)
+class StateSnapshot:
+    """A state as read (or just written) together with the version token to CAS against."""
+
+    state: State
+    version: str
+
+    @property
+    def exists(self) -> bool:
+        """False for a state never written; its lineage is then fresh on every read."""
+        return self.version != ABSENT
+
+
+class StateConflictError(StateError):
+    """Someone else wrote the state after it was read: re-read, re-apply, write again."""
+
+    def __init__(self, message: str, *, current: str, expected: str) -> None:
+        self.current = current
+        self.expected = expected
+        super().__init__(message)
+
+
+def prepare_write(current: State | None, proposed: State, location: str) -> State | None:
+    """What a backend persists when `proposed` replaces `current` (None: nothing stored yet).
+
+    Returns None when nothing would change (identical resources, or an empty state over a
+    missing one), so the write is a no-op. Otherwise returns `proposed` with
+    serial = current serial + 1: backends assign serials, whatever `proposed.serial` says.
+    Refuses a state of another lineage: it is unrelated history, not a newer version.
+    """
+    if current is None:
+        if not proposed.resources:
+            return None
+        return proposed.model_copy(update={"serial": 1})
+    if proposed.lineage != current.lineage:
+        raise StateError(
+            f"{location}: refusing to overwrite state of lineage {current.lineage} with"
+            f" unrelated state of lineage {proposed.lineage}"
+        )
+    if proposed.same_content(current):
+        return None
+    return proposed.model_copy(update={"serial": current.serial + 1})
+
+
+class StateBackend(ABC):
+    """One state document plus its operation lock.
+
+    All methods but `lock` are synchronous and quick; async callers with a slow (network)
+    backend wrap them in `asyncio.to_thread` (see `commit_async`).
+    """
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the state lives, for messages: a path or an `s3://bucket/key` URL."""
+
+    @abstractmethod
+    def read(self) -> StateSnapshot:
+        """The current state and its version; an empty state with version ABSENT if none.
+
+        Never creates anything. Raises StateError for an unreadable or corrupt state.
+        """
+
+    @abstractmethod
+    def write(self, new_state: State, expected: str) -> StateSnapshot:
+        """Compare-and-swap: persist `new_state` if the stored version is still `expected`.
+
+        Raises StateConflictError when someone wrote in between, StateError for another
+        lineage or a secret value in the state. Identical content is a no-op that returns
+        the stored snapshot without bumping the serial; otherwise the serial is set to
+        stored + 1 and the returned snapshot holds what was written and its new version.
+        """
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Keep other writers out for a whole read-mutate-write (`commit` uses it).
+
+        Optional: a backend with a cheap exclusive lock (local flock) returns it so that
+        commits never conflict; others (S3) return a no-op and rely on CAS and retries.
+        `read` and `write` must work inside it.
+        """
+        return nullcontext()
+
+    @abstractmethod
+    def try_lock(self, operation: str, who: str, ttl: float, clock: Clock) -> LockHandle:
+        """Take the operation lock now or raise LockError carrying the holder's LockInfo."""
+
+    @abstractmethod
+    def unlock(self, lock_id: str) -> None:
+        """Force-unlock: remove the lock if its id is `lock_id`; LockError otherwise."""
+
+    @abstractmethod
+    def read_lock_info(self) -> LockInfo | None:
+        """The record of the current holder, or None when the state is not locked."""
+
+    async def lock(
+        self,
+        operation: str,
+        *,
+        who: str | None = None,
+        timeout: float = 0.0,
+        clock: Clock | None = None,
+        ttl: float = DEFAULT_LOCK_TTL,
+    ) -> LockHandle:
+        """Take the operation lock, retrying with backoff for up to `timeout` seconds.
+
+        `who` defaults to user@hostname. The handle must be released (`release()` or
+        `async with`); `hold_lock` also renews it while held.
+        """
+        clock = clock or SystemClock()
+        holder = who or default_who()
+        return await acquire_with_backoff(
+            lambda: self.try_lock(operation, holder, ttl, clock), timeout=timeout, clock=clock
+        )

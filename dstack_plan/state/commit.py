@@ -1,0 +1,63 @@
+"""Read-modify-write commits with compare-and-swap, retried when someone wrote in between."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+
+from dstack_plan.state.backend import StateBackend, StateConflictError, StateSnapshot
+from dstack_plan.state.model import State
+
+DEFAULT_COMMIT_ATTEMPTS = 10
+_MAX_RETRY_PAUSE = 0.25
+
+Mutation = Callable[[State], State]
+"""A re-applicable change: given the latest state, return the wanted one. Must be pure."""
+
+
+def commit(
+    backend: StateBackend,
+    mutate: Mutation,
+    *,
+    attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+    pause: Callable[[float], None] = time.sleep,
+) -> StateSnapshot:
+    """Read the state, apply `mutate`, write it back with CAS; on conflict start over.
+
+    Runs inside `backend.exclusive()`, so with the local backend commits never conflict;
+    with others a conflict is retried after a short random pause (`pause`, growing up to
+    0.25 s) so racing writers drift apart instead of starving one another. Returns the
+    stored snapshot: unchanged, and without a write, when `mutate` changes nothing.
+    Raises StateConflictError after `attempts` conflicts.
+    """
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+    for attempt in range(1, attempts + 1):
+        with backend.exclusive():
+            snapshot = backend.read()
+            proposed = mutate(snapshot.state)
+            if (
+                proposed.same_content(snapshot.state)
+                and proposed.lineage == snapshot.state.lineage
+            ):
+                return snapshot
+            try:
+                return backend.write(proposed, snapshot.version)
+            except StateConflictError as err:
+                if attempt == attempts:
+                    raise StateConflictError(
+                        f"{err} (gave up after {attempts} attempts)",
+                        current=err.current,
+                        expected=err.expected,
+                    ) from None
+        pause(random.uniform(0, min(_MAX_RETRY_PAUSE, 0.002 * 2**attempt)))
+    raise AssertionError("unreachable")
+
+
+async def commit_async(
+    backend: StateBackend, mutate: Mutation, *, attempts: int = DEFAULT_COMMIT_ATTEMPTS
+) -> StateSnapshot:
+    """`commit` in a worker thread, so a network backend does not stall the event loop."""
+    return await asyncio.to_thread(commit, backend, mutate, attempts=attempts)

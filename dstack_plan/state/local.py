@@ -1,0 +1,304 @@
+"""The `local` backend: a JSON file on this machine, written atomically, locked with flock.
+
+Files next to the state file (default `.dstack/state.json`):
+- `state.json.backup`: the previous version, replaced on every content-changing write;
+- `state.json.lock`: flocked for the few milliseconds of each compare-and-swap write, so
+  writers in different processes serialise (reads need no lock: renames are atomic);
+- `.state.json.lock.info`: flocked for the whole operation by apply/destroy, holding the
+  lock record. The OS drops flocks when a process dies, so a killed holder blocks nobody.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+from dstack_plan.clock import Clock
+from dstack_plan.errors import LockError, StateError
+from dstack_plan.state.atomic import (
+    PRIVATE_MODE,
+    leftover_temp_files,
+    temp_path_for,
+    write_private_atomic,
+)
+from dstack_plan.state.backend import (
+    ABSENT,
+    StateBackend,
+    StateConflictError,
+    StateSnapshot,
+    prepare_write,
+)
+from dstack_plan.state.codec import parse_state
+from dstack_plan.state.lock import LockHandle, LockInfo, lock_held_error
+from dstack_plan.state.model import State
+from dstack_plan.state.secrets import SecretGuard
+
+DEFAULT_STATE_PATH = Path(".dstack") / "state.json"
+_WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
+_MAX_LOCK_FILE_RACES = 10
+
+
+def _try_flock(fd: int, operation: int) -> bool:
+    """flock without blocking; False when another open file holds a conflicting lock."""
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno in _WOULD_BLOCK:
+            return False
+        raise
+    return True
+
+
+def _is_current(fd: int, path: Path) -> bool:
+    """True if `path` still names the file open as `fd` (not unlinked or replaced)."""
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (on_disk.st_dev, on_disk.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _read_lock_record(fd: int) -> LockInfo | None:
+    return LockInfo.parse(os.pread(fd, 1 << 16, 0))
+
+
+def _write_lock_record(fd: int, info: LockInfo) -> None:
+    data = info.to_json().encode("utf-8")
+    # Overwrite in place, padding over the old record, then trim: a concurrent reader sees
+    # the old or the new JSON (trailing spaces are valid JSON), not an empty file. No fsync:
+    # the record is only meaningful while the process holding the flock is alive.
+    old_size = os.fstat(fd).st_size
+    os.pwrite(fd, data.ljust(old_size, b" "), 0)
+    os.ftruncate(fd, len(data))
+
+
+class LocalLockHandle(LockHandle):
+    """The operation lock held through an open, flocked `.state.json.lock.info`."""
+
+    def __init__(self, fd: int, path: Path, info: LockInfo, *, ttl: float, clock: Clock):
+        super().__init__(info, ttl=ttl, clock=clock)
+        self._fd = fd
+        self._path = path
+
+    def _store_renewal(self, info: LockInfo) -> None:
+        _write_lock_record(self._fd, info)
+
+    def _release(self) -> None:
+        try:
+            # Unlink while still locked: a process that opened the old file and then gets
+            # the lock sees it is no longer at the path and starts over.
+            if _is_current(self._fd, self._path):
+                self._path.unlink()
+        finally:
+            os.close(self._fd)
+
+
+class LocalBackend(StateBackend):
+    """State in a local file (default `.dstack/state.json`); see the module docstring."""
+
+    def __init__(self, path: str | Path, *, secret_guard: SecretGuard | None = None) -> None:
+        self.path = Path(path)
+        self.secret_guard = secret_guard if secret_guard is not None else SecretGuard()
+        self.backup_path = self.path.with_name(self.path.name + ".backup")
+        self.write_lock_path = self.path.with_name(self.path.name + ".lock")
+        self.lock_info_path = self.path.with_name(f".{self.path.name}.lock.info")
+        self._thread = threading.local()
+
+    @classmethod
+    def for_project(
+        cls, project_dir: str | Path, *, secret_guard: SecretGuard | None = None
+    ) -> LocalBackend:
+        """The default state of a project: `<project_dir>/.dstack/state.json`."""
+        return cls(Path(project_dir) / DEFAULT_STATE_PATH, secret_guard=secret_guard)
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    # --- state ---------------------------------------------------------------------------
+
+    def _load(self) -> State | None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise StateError(f"{self.path}: cannot read state: {err.strerror}") from None
+        try:
+            return parse_state(data, self.path)
+        except StateError as err:
+            if self.backup_path.exists():
+                raise StateError(
+                    f"{err}\nThe previous version is in {self.backup_path}."
+                ) from None
+            raise
+
+    @staticmethod
+    def _version(state: State | None) -> str:
+        return ABSENT if state is None else str(state.serial)
+
+    def read(self) -> StateSnapshot:
+        state = self._load()
+        return StateSnapshot(state if state is not None else State.empty(), self._version(state))
+
+    def write(self, new_state: State, expected: str) -> StateSnapshot:
+        self.secret_guard.check(new_state)
+        with self._write_lock():
+            current = self._load()
+            version = self._version(current)
+            if version != expected:
+                raise StateConflictError(
+                    f"{self.path}: state changed since it was read:"
+                    f" serial {version}, expected {expected}",
+                    current=version,
+                    expected=expected,
+                )
+            to_write = prepare_write(current, new_state, self.location)
+            if to_write is None:
+                if current is None:  # nothing stored and nothing to store
+                    return StateSnapshot(new_state.model_copy(update={"serial": 0}), ABSENT)
+                return StateSnapshot(current, version)
+            try:
+                self._replace(to_write, keep_backup=current is not None)
+            except OSError as err:  # disk full, permissions: the old state is still intact
+                raise StateError(f"{self.path}: cannot write state: {err}") from None
+        return StateSnapshot(to_write, self._version(to_write))
+
+    def _replace(self, state: State, *, keep_backup: bool) -> None:
+        for leftover in leftover_temp_files(self.path) + leftover_temp_files(self.backup_path):
+            # Only writers hold the write lock, so these belong to dead processes.
+            leftover.unlink(missing_ok=True)
+        if keep_backup:
+            self._keep_backup()
+        write_private_atomic(self.path, state.to_json().encode("utf-8"))
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as err:
+            raise StateError(f"{self.path.parent}: cannot create directory: {err}") from None
+
+    @staticmethod
+    def _open_private(path: Path) -> int:
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_MODE)
+        except OSError as err:
+            raise StateError(f"{path}: cannot open lock file: {err.strerror}") from None
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Hold the write lock (flock on `state.json.lock`) across a read-mutate-write."""
+        return self._write_lock()
+
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        # Re-entrant per thread: `write` inside `exclusive` must not flock a second open
+        # file of the same lock, which would wait on itself forever.
+        if getattr(self._thread, "holds_write_lock", False):
+            yield
+            return
+        self._ensure_dir()
+        # Never deleted: unlinking a lock file others may have open would let two writers
+        # lock two different files.
+        fd = self._open_private(self.write_lock_path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held for a read, a pure mutation and a rename
+            self._thread.holds_write_lock = True
+            try:
+                yield
+            finally:
+                self._thread.holds_write_lock = False
+        finally:
+            os.close(fd)
+
+    def _keep_backup(self) -> None:
+        # A hard link keeps the old inode (already durable, already 0600) under the backup
+        # name; the atomic write then gives the state path a new inode. No copy needed.
+        tmp = temp_path_for(self.backup_path)
+        try:
+            os.link(self.path, tmp)
+        except OSError:  # a filesystem without hard links: copy instead
+            write_private_atomic(self.backup_path, self.path.read_bytes(), sync_dir=False)
+            return
+        try:
+            os.replace(tmp, self.backup_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        if self.backup_path.stat().st_mode & 0o777 != PRIVATE_MODE:
+            os.chmod(self.backup_path, PRIVATE_MODE)
+
+    # --- operation lock ------------------------------------------------------------------
+
+    def try_lock(self, operation: str, who: str, ttl: float, clock: Clock) -> LocalLockHandle:
+        self._ensure_dir()
+        for _ in range(_MAX_LOCK_FILE_RACES):
+            fd = self._open_private(self.lock_info_path)
+            try:
+                # A second try covers a `read_lock_info` probe holding a shared lock briefly.
+                if not _try_flock(fd, fcntl.LOCK_EX) and not _try_flock(fd, fcntl.LOCK_EX):
+                    raise lock_held_error(self.location, _read_lock_record(fd))
+                if not _is_current(fd, self.lock_info_path):
+                    os.close(fd)  # the holder released and unlinked it: open the new one
+                    continue
+                info = LockInfo.new(
+                    operation=operation,
+                    who=who,
+                    path=str(self.path),
+                    ttl=ttl,
+                    clock=clock,
+                    pid=os.getpid(),
+                )
+                os.fchmod(fd, PRIVATE_MODE)
+                _write_lock_record(fd, info)
+            except BaseException:
+                os.close(fd)
+                raise
+            return LocalLockHandle(fd, self.lock_info_path, info, ttl=ttl, clock=clock)
+        raise StateError(f"{self.lock_info_path}: lock file keeps being replaced; try again")
+
+    def unlock(self, lock_id: str) -> None:
+        """Remove a lock record left by a process that is gone, if its id is `lock_id`.
+
+        A live holder cannot be unlocked from outside: its flock belongs to its process.
+        """
+        try:
+            fd = os.open(self.lock_info_path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise LockError(f"{self.location} is not locked", None) from None
+        try:
+            holder = _read_lock_record(fd)
+            if not _try_flock(fd, fcntl.LOCK_EX):
+                pid = f" (pid {holder.pid})" if holder and holder.pid else ""
+                raise LockError(
+                    f"cannot force-unlock {self.location}: the lock is held by a running"
+                    f" process{pid}. A local lock is released when its process exits;"
+                    f" stop that process instead.\n" + (holder.describe() if holder else ""),
+                    holder,
+                )
+            if holder is not None and holder.id != lock_id:
+                raise LockError(
+                    f"lock id {lock_id} does not match the lock on {self.location} ({holder.id})",
+                    holder,
+                )
+            if _is_current(fd, self.lock_info_path):
+                self.lock_info_path.unlink()
+        finally:
+            os.close(fd)
+
+    def read_lock_info(self) -> LockInfo | None:
+        try:
+            fd = os.open(self.lock_info_path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            if _try_flock(fd, fcntl.LOCK_SH):
+                return None  # a record nobody holds: left by a process that was killed
+            return _read_lock_record(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,251 @@
+"""The operation lock held by apply and destroy: lock records, handles and the wait loop.
+
+Backends implement one non-blocking attempt (`StateBackend.try_lock`); waiting with backoff,
+renewal and the readable contention message are shared here so every backend behaves alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import logging
+import os
+import socket
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dstack_plan.clock import Clock, SystemClock
+from dstack_plan.errors import LockError, StateError
+from dstack_plan.state.canonical import canonical_json
+from dstack_plan.state.model import Timestamp, timestamp
+
+if TYPE_CHECKING:
+    from dstack_plan.state.backend import StateBackend
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LOCK_TTL = 300.0
+"""Seconds a lock stays valid without renewal; `hold_lock` renews it every third of that."""
+INITIAL_BACKOFF = 0.5
+MAX_BACKOFF = 8.0
+
+
+def default_who() -> str:
+    """`user@hostname`, the default lock holder description."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in the environment or passwd (some containers)
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+class LockInfo(BaseModel):
+    """Who holds the operation lock, for what, since when and until when (unless renewed)."""
+
+    # Lock records are only displayed and compared by id, so fields added by a newer
+    # version must not make an older one unable to show who holds the lock.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str
+    operation: str
+    who: str
+    created: Timestamp
+    expires: Timestamp
+    path: str
+    pid: int | None = None
+
+    @classmethod
+    def new(
+        cls, *, operation: str, who: str, path: str, ttl: float, clock: Clock, pid: int | None
+    ) -> LockInfo:
+        """A fresh record with a random id, created now and expiring after `ttl` seconds."""
+        now = timestamp(clock)
+        return cls(
+            id=str(uuid.uuid4()),
+            operation=operation,
+            who=who,
+            created=now,
+            expires=now + timedelta(seconds=ttl),
+            path=path,
+            pid=pid,
+        )
+
+    @classmethod
+    def parse(cls, data: bytes | str) -> LockInfo | None:
+        """The record in `data`, or None when it is empty or unreadable (being written)."""
+        try:
+            return cls.model_validate_json(data)
+        except (ValidationError, ValueError):
+            return None
+
+    def renewed(self, *, ttl: float, clock: Clock) -> LockInfo:
+        """The same lock with `expires` pushed to now + `ttl`."""
+        return self.model_copy(update={"expires": timestamp(clock) + timedelta(seconds=ttl)})
+
+    def is_expired(self, now: float) -> bool:
+        """True once `now` (epoch seconds) is past `expires`."""
+        return now >= self.expires.timestamp()
+
+    def to_json(self) -> str:
+        """Canonical JSON of the record (what a backend stores)."""
+        return canonical_json(self.model_dump(mode="json", exclude_none=True))
+
+    def describe(self) -> str:
+        """A readable `Lock Info:` block for error messages."""
+        rows = [
+            ("ID", self.id),
+            ("Path", self.path),
+            ("Operation", self.operation),
+            ("Who", self.who),
+            ("Created", self.created.strftime("%Y-%m-%d %H:%M:%S UTC")),
+            ("Expires", self.expires.strftime("%Y-%m-%d %H:%M:%S UTC")),
+        ]
+        if self.pid is not None:
+            rows.append(("PID", str(self.pid)))
+        return "Lock Info:\n" + "\n".join(f"  {k + ':':<11}{v}" for k, v in rows)
+
+
+def lock_held_error(location: str, holder: LockInfo | None) -> LockError:
+    """The error for a lock held by someone else, with the holder's record when known."""
+    if holder is None:
+        detail = "Lock Info: (not readable yet: the holder is still writing it)"
+    else:
+        detail = holder.describe()
+    return LockError(
+        f"Error acquiring the state lock: {location} is locked by another operation.\n{detail}\n"
+        "Wait for that operation to finish, or retry with --lock-timeout.",
+        holder,
+    )
+
+
+class LockHandle(ABC):
+    """A held operation lock. Release it exactly once: `release()` or a (async) with block."""
+
+    def __init__(self, info: LockInfo, *, ttl: float, clock: Clock) -> None:
+        self._info = info
+        self._ttl = ttl
+        self._clock = clock
+        self._released = False
+
+    @property
+    def info(self) -> LockInfo:
+        """The current lock record (its `expires` moves on each renewal)."""
+        return self._info
+
+    @property
+    def released(self) -> bool:
+        """True after `release()`."""
+        return self._released
+
+    def renew(self) -> LockInfo:
+        """Push `expires` to now + ttl in the backend; LockError if the lock was lost."""
+        if self._released:
+            raise LockError(f"lock {self._info.id} was already released", self._info)
+        info = self._info.renewed(ttl=self._ttl, clock=self._clock)
+        self._store_renewal(info)
+        self._info = info
+        return info
+
+    def release(self) -> None:
+        """Give the lock up; calling it again does nothing."""
+        if self._released:
+            return
+        self._released = True
+        self._release()
+
+    @abstractmethod
+    def _store_renewal(self, info: LockInfo) -> None:
+        """Persist the renewed record; raise LockError if someone else owns the lock now."""
+
+    @abstractmethod
+    def _release(self) -> None:
+        """Remove the lock from the backend."""
+
+    def __enter__(self) -> LockHandle:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    async def __aenter__(self) -> LockHandle:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+H = TypeVar("H")
+
+
+async def acquire_with_backoff(attempt: Callable[[], H], *, timeout: float, clock: Clock) -> H:
+    """Call `attempt` until it stops raising LockError or `timeout` seconds have passed.
+
+    Waits 0.5 s, then doubles up to 8 s, never sleeping past the deadline (the last attempt
+    happens at it). With `timeout <= 0` there is exactly one attempt.
+    """
+    deadline = clock.now() + max(0.0, timeout)
+    delay = INITIAL_BACKOFF
+    while True:
+        try:
+            return attempt()
+        except LockError as err:
+            remaining = deadline - clock.now()
+            if remaining <= 0:
+                if timeout > 0:
+                    raise LockError(
+                        f"{err}\nGave up after waiting {timeout:g}s for the lock.", err.holder
+                    ) from None
+                raise
+            await clock.sleep(min(delay, remaining))
+            delay = min(delay * 2, MAX_BACKOFF)
+
+
+async def _keep_alive(handle: LockHandle, clock: Clock, interval: float) -> None:
+    while True:
+        await clock.sleep(interval)
+        try:
+            handle.renew()
+        except LockError:
+            logger.error("lost the state lock %s; stop and re-run", handle.info.id)
+            return
+        except (OSError, StateError) as err:  # transient: the next tick tries again
+            logger.warning("could not renew the state lock %s: %s", handle.info.id, err)
+
+
+@asynccontextmanager
+async def hold_lock(
+    backend: StateBackend,
+    operation: str,
+    *,
+    who: str | None = None,
+    timeout: float = 0.0,
+    clock: Clock | None = None,
+    ttl: float = DEFAULT_LOCK_TTL,
+    renew: bool = True,
+) -> AsyncIterator[LockHandle]:
+    """Hold the operation lock for the body, renewing it every ttl/3 in the background.
+
+    Pass `renew=False` with a FakeClock: a fake sleep returns at once, so the renewal loop
+    would spin.
+    """
+    clock = clock or SystemClock()
+    handle = await backend.lock(operation, who=who, timeout=timeout, clock=clock, ttl=ttl)
+    renewer = asyncio.create_task(_keep_alive(handle, clock, ttl / 3)) if renew else None
+    try:
+        yield handle
+    finally:
+        if renewer is not None:
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
+        handle.release()

@@ -1,0 +1,61 @@
+"""The `dstack` console script: one typer app, one module per command.
+
+Command modules import their heavy dependencies inside the command, so `dstack --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from dstack_plan.cli import schema_cmd, validate_cmd
+
+app = typer.Typer(
+    name="dstack",
+    help="Terraform-style plan/apply for AI compute, speaking dstack's YAML.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def _global(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
+    no_color: bool = typer.Option(False, "--no-color", help="Disable colours."),
+) -> None:
+    if debug:
+        os.environ["DSTACK_PLAN_DEBUG"] = "1"
+    if no_color:
+        os.environ["NO_COLOR"] = "1"
+
+
+app.command("validate")(validate_cmd.validate)
+app.command("schema")(schema_cmd.schema)
+
+
+def main() -> None:
+    from dstack_plan.errors import DstackPlanError
+
+    try:
+        app()
+    except DstackPlanError as e:
+        from dstack_plan.cli.output import print_error
+
+        print_error(e)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        sys.exit(130)
+    except Exception:  # noqa: BLE001 - the last line of defence: a bug, said as such
+        from dstack_plan.cli.output import print_bug
+
+        print_bug()
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

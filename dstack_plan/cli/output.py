@@ -1,0 +1,47 @@
+"""Printing to the terminal: consoles, errors, JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from dstack_plan.errors import ConfigError, DstackPlanError
+
+
+def _no_color() -> bool:
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def console(stderr: bool = False):  # noqa: ANN201 - rich is imported lazily
+    from rich.console import Console
+
+    return Console(stderr=stderr, no_color=_no_color(), highlight=False, soft_wrap=True)
+
+
+def print_error(error: DstackPlanError) -> None:
+    """A user error: the message only, never a traceback."""
+    if isinstance(error, ConfigError):
+        for issue in error.issues:
+            sys.stderr.write(f"{issue}\n")
+        return
+    sys.stderr.write(f"Error: {error}\n")
+
+
+def print_bug() -> None:
+    sys.stderr.write(
+        "Error: an internal error occurred; this is a bug in dstack-plan, please report it.\n"
+    )
+    if os.environ.get("DSTACK_PLAN_DEBUG"):
+        traceback.print_exc()
+    else:
+        exc = sys.exc_info()[1]
+        sys.stderr.write(
+            f"  {type(exc).__name__}: {exc}\n  (run with --debug for the traceback)\n"
+        )
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,141 @@
+"""Terraform-style rendering of a plan for people (the JSON form is plan/json_plan.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dstack_plan.plan.model import Action, Plan, ResourceChange
+from dstack_plan.plan.normalize import flatten
+
+_HEADERS = {
+    Action.CREATE: "will be created",
+    Action.UPDATE: "will be updated in-place",
+    Action.DELETE_THEN_CREATE: "must be replaced",
+    Action.CREATE_THEN_DELETE: "must be replaced",
+    Action.DELETE: "will be destroyed",
+}
+_COLORS = {
+    Action.CREATE: "green",
+    Action.UPDATE: "yellow",
+    Action.DELETE_THEN_CREATE: "red",
+    Action.CREATE_THEN_DELETE: "red",
+    Action.DELETE: "red",
+}
+_LEGEND = {
+    Action.CREATE: "create",
+    Action.UPDATE: "update in-place",
+    Action.DELETE: "destroy",
+    Action.DELETE_THEN_CREATE: "destroy and then create replacement",
+    Action.CREATE_THEN_DELETE: "create replacement and then destroy",
+}
+SENSITIVE = "(sensitive)"
+
+
+def render_plan(plan: Plan) -> list[str]:
+    """Lines of rich markup (escape-safe) describing the plan."""
+    lines: list[str] = []
+    for warning in plan.warnings:
+        lines += [f"[yellow]Warning:[/] {_esc(warning)}", ""]
+    active = [c for c in plan.changes if c.action is not Action.NOOP]
+    if not active:
+        message = "No objects need to be destroyed." if plan.destroy else (
+            "Your infrastructure matches the configuration."
+        )
+        lines.append(f"[green]No changes.[/] {message}")
+        lines += _noop_notes(plan)
+        return lines
+    used = [a for a in _LEGEND if any(c.action is a for c in active)]
+    lines.append("Resource actions are indicated with the following symbols:")
+    for action in used:
+        lines.append(f"  [{_COLORS[action]}]{action.symbol:>3}[/] {_LEGEND[action]}")
+    lines += ["", "dstack-plan will perform the following actions:", ""]
+    for change in active:
+        lines += _render_change(change)
+        lines.append("")
+    lines += _noop_notes(plan)
+    lines.append(f"[bold]{plan.summary()}[/]")
+    lines.append(f"Estimated cost: ${plan.cost.before:.2f}/h -> ${plan.cost.after:.2f}/h")
+    return lines
+
+
+def _noop_notes(plan: Plan) -> list[str]:
+    notes = []
+    for change in plan.changes:
+        if change.action is Action.NOOP and change.placement is not None:
+            notes.append(f"  {change.address}: no changes ({_placement(change)})")
+    return [*notes, ""] if notes else []
+
+
+def _render_change(change: ResourceChange) -> list[str]:
+    color = _COLORS[change.action]
+    header = f"  # {change.address} {_HEADERS[change.action]}"
+    if change.action is Action.DELETE and change.reason:
+        header += f"\n  # (because {_esc(change.reason)})"
+    elif change.reason and change.action is not Action.UPDATE:
+        header += f" ({_esc(change.reason)})"
+    lines = [f"[bold]{header}[/]"]
+    lines.append(f"[{color}]{change.action.symbol:>3}[/] {change.kind} \"{change.name}\" {{")
+    if change.action is Action.CREATE and change.before is None:
+        lines += _attributes("+", "green", change.after or {}, change)
+    elif change.action is Action.DELETE:
+        lines += _attributes("-", "red", change.before or {}, change)
+    else:
+        lines += _changed_attributes(change)
+    lines.append("    }")
+    if change.placement is not None:
+        lines.append(f"    [cyan]placement:[/] {_placement(change)}")
+    return lines
+
+
+def _placement(change: ResourceChange) -> str:
+    p = change.placement
+    assert p is not None
+    where = f"fleet {p.fleet} ({p.provider})"
+    if p.hosts:
+        where += " on " + ", ".join(p.hosts)
+    where += f", ${p.price_per_hour:.2f}/h"
+    if p.note:
+        where += f" — {p.note}"
+    return _esc(where)
+
+
+def _attributes(sym: str, color: str, spec: dict[str, Any], change: ResourceChange) -> list[str]:
+    flat = {k: v for k, v in flatten(spec).items() if v not in ({}, [], None)}
+    width = max((len(k) for k in flat), default=0)
+    return [
+        f"      [{color}]{sym}[/] {key:<{width}} = {_value(key, value)}"
+        for key, value in flat.items()
+    ]
+
+
+def _changed_attributes(change: ResourceChange) -> list[str]:
+    before = flatten(change.before or {})
+    after = flatten(change.after or {})
+    paths = list(change.changed_paths)
+    width = max((len(p) for p in paths), default=0)
+    lines = []
+    for path in paths:
+        old, new = before.get(path), after.get(path)
+        mark = " [red]# forces replacement[/]" if path in change.replace_paths else ""
+        lines.append(
+            f"      [yellow]~[/] {path:<{width}} = {_value(path, old)} -> {_value(path, new)}{mark}"
+        )
+    hidden = len(set(before) | set(after)) - len(paths)
+    if hidden > 0:
+        lines.append(f"        # ({hidden} unchanged attributes hidden)")
+    return lines
+
+
+def _value(path: str, value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, str) and "${{ secrets." in value:
+        return SENSITIVE
+    if isinstance(value, list) and any(isinstance(v, str) and "${{ secrets." in v for v in value):
+        return SENSITIVE
+    return _esc(json.dumps(value, ensure_ascii=False))
+
+
+def _esc(text: str) -> str:
+    return text.replace("[", "\\[")

@@ -1,0 +1,40 @@
+"""`type: gateway` — a reverse proxy in front of services."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
+
+from dstack_plan.config.base import ResourceSpec, Strict
+
+
+class LetsEncrypt(Strict):
+    type: Literal["lets-encrypt"] = "lets-encrypt"
+
+
+class ACMCertificate(Strict):
+    type: Literal["acm"] = "acm"
+    arn: str
+
+
+def _certificate(value: Any) -> Any:
+    if isinstance(value, dict) and value.get("type") == "acm":
+        return ACMCertificate.model_validate(value)
+    return value
+
+
+class GatewaySpec(ResourceSpec):
+    type: Literal["gateway"] = "gateway"
+    backend: Literal["aws", "azure", "gcp", "kubernetes", "local"]
+    region: str
+    domain: str | None = None
+    """Wildcard domain; a service is served at `<run>.<domain>`."""
+    default: bool | None = None
+    public_ip: bool = True
+    certificate: Annotated[LetsEncrypt | ACMCertificate | None, BeforeValidator(_certificate)] = (
+        LetsEncrypt()
+    )
+    instance_type: str | None = None
+    replicas: int = Field(default=1, ge=1, le=3)
+    tags: dict[str, str] | None = None

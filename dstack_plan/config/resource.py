@@ -1,0 +1,52 @@
+"""A loaded resource and the set of them a project declares (the desired side of a plan)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from dstack_plan.config.kinds import AnySpec
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a resource was declared."""
+
+    file: str
+    """Path as shown to the user (relative to the project directory when inside it)."""
+    document: int
+    """0-based index of the YAML document in the file."""
+
+    def __str__(self) -> str:
+        return self.file if self.document == 0 else f"{self.file} (document {self.document + 1})"
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    name: str
+    spec: AnySpec
+    source: Source
+    name_derived: bool = False
+    """True when the file gave no `name:` and one was derived from the file path."""
+
+    @property
+    def address(self) -> str:
+        return f"{self.kind}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Desired:
+    """Every resource a project declares, keyed by address, in declaration order."""
+
+    resources: dict[str, Resource] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+
+    def __iter__(self) -> Iterator[Resource]:
+        return iter(self.resources.values())
+
+    def __len__(self) -> int:
+        return len(self.resources)
+
+    def of_kind(self, *kinds: str) -> list[Resource]:
+        return [r for r in self.resources.values() if r.kind in kinds]

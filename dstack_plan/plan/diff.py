@@ -1,0 +1,57 @@
+"""Compare a resource's state spec with its desired spec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dstack_plan.plan.kinds import is_in_place
+from dstack_plan.plan.normalize import flatten, get_path, with_path
+
+
+@dataclass(frozen=True)
+class SpecDiff:
+    changed: tuple[str, ...]
+    """Dotted paths whose values differ (ignored paths excluded)."""
+    forces_replacement: tuple[str, ...]
+    """The changed paths that cannot be updated in place."""
+    after: dict[str, Any]
+    """The desired spec with ignored paths kept at their state values."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.changed
+
+
+def diff_specs(
+    kind: str, before: dict[str, Any], after: dict[str, Any], ignore: tuple[str, ...] = ()
+) -> SpecDiff:
+    flat_before = flatten(before)
+    flat_after = flatten(after)
+    paths = sorted(set(flat_before) | set(flat_after))
+    changed = [p for p in paths if flat_before.get(p) != flat_after.get(p)]
+    kept = after
+    for path in list(changed):
+        ignored = next((i for i in ignore if path == i or path.startswith(i + ".")), None)
+        if ignored is not None:
+            kept = with_path(kept, ignored, get_path(before, ignored))
+            changed.remove(path)
+    # An emptied mapping flattens to a leaf under its parent path; collapse duplicates.
+    changed = [p for p in changed if not any(p != q and p.startswith(q + ".") for q in changed)]
+    forcing = [p for p in changed if not _updatable(kind, p, before, after)]
+    return SpecDiff(tuple(changed), tuple(forcing), kept)
+
+
+def _updatable(kind: str, path: str, before: dict[str, Any], after: dict[str, Any]) -> bool:
+    if kind == "fleet" and path == "ssh_config.hosts":
+        return _only_hosts_added_or_removed(
+            get_path(before, path) or [], get_path(after, path) or []
+        )
+    return is_in_place(kind, path)
+
+
+def _only_hosts_added_or_removed(before: list[Any], after: list[Any]) -> bool:
+    """SSH fleet hosts may come and go in place; changing a kept host's settings may not."""
+    old = {h.get("hostname"): h for h in before if isinstance(h, dict)}
+    new = {h.get("hostname"): h for h in after if isinstance(h, dict)}
+    return all(old[name] == new[name] for name in old.keys() & new.keys())

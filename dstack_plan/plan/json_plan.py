@@ -1,0 +1,51 @@
+"""The machine-readable plan, modelled on Terraform's `show -json` (documented in docs/plan-json.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dstack_plan.plan.model import Plan, ResourceChange
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    add, change, destroy = plan.counts()
+    return {
+        "format_version": plan.format_version,
+        "applyable": plan.has_changes,
+        "complete": not plan.targets,
+        "destroy": plan.destroy,
+        "prior_state": {"lineage": plan.lineage, "serial": plan.serial},
+        "resource_changes": [_resource_change(c) for c in plan.changes],
+        "summary": {"add": add, "change": change, "destroy": destroy},
+        "cost": {
+            "currency": "USD",
+            "period": "hour",
+            "before": plan.cost.before,
+            "after": plan.cost.after,
+        },
+        "targets": list(plan.targets),
+        "replace": list(plan.replace),
+        "warnings": list(plan.warnings),
+    }
+
+
+def _resource_change(change: ResourceChange) -> dict[str, Any]:
+    placement = change.placement
+    return {
+        "address": change.address,
+        "type": change.kind,
+        "name": change.name,
+        "provider_name": change.provider,
+        "change": {
+            "actions": change.action.terraform_actions,
+            "before": change.before,
+            "after": change.after,
+            "changed_paths": [p.split(".") for p in change.changed_paths],
+            "replace_paths": [p.split(".") for p in change.replace_paths],
+            "sensitive_secrets": list(change.secrets),
+        },
+        "action_reason": change.action_reason,
+        "reason": change.reason,
+        "depends_on": list(change.depends_on),
+        "placement": None if placement is None else placement.model_dump(mode="json"),
+    }

@@ -1,0 +1,138 @@
+"""The plan: what will change, why, where runs go and what it costs."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLAN_FORMAT_VERSION = "1.0"
+
+
+class Action(str, Enum):
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE_THEN_CREATE = "delete-then-create"
+    CREATE_THEN_DELETE = "create-then-delete"
+    DELETE = "delete"
+    NOOP = "no-op"
+
+    @property
+    def symbol(self) -> str:
+        return _SYMBOLS[self]
+
+    @property
+    def is_replace(self) -> bool:
+        return self in (Action.DELETE_THEN_CREATE, Action.CREATE_THEN_DELETE)
+
+    @property
+    def terraform_actions(self) -> list[str]:
+        """The `change.actions` list of Terraform's JSON plan."""
+        return {
+            Action.CREATE: ["create"],
+            Action.UPDATE: ["update"],
+            Action.DELETE_THEN_CREATE: ["delete", "create"],
+            Action.CREATE_THEN_DELETE: ["create", "delete"],
+            Action.DELETE: ["delete"],
+            Action.NOOP: ["no-op"],
+        }[self]
+
+
+_SYMBOLS = {
+    Action.CREATE: "+",
+    Action.UPDATE: "~",
+    Action.DELETE_THEN_CREATE: "-/+",
+    Action.CREATE_THEN_DELETE: "+/-",
+    Action.DELETE: "-",
+    Action.NOOP: " ",
+}
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Placement(Frozen):
+    """Where a run's jobs will go, as far as the planner can tell."""
+
+    fleet: str
+    """Fleet name; `local` is the built-in fleet (this machine)."""
+    provider: str
+    hosts: tuple[str, ...] = ()
+    """Hosts chosen for the jobs; empty when only known after apply."""
+    price_per_hour: float = 0.0
+    note: str | None = None
+    """Why the placement is uncertain or impossible (e.g. no host has enough GPUs)."""
+
+
+class ResourceChange(Frozen):
+    address: str
+    kind: str
+    name: str
+    provider: str
+    action: Action
+    reason: str | None = None
+    """Human reason: `not in configuration`, `forces replacement: resources.gpu`, ..."""
+    action_reason: str | None = None
+    """Terraform's machine reason: `replace_because_cannot_update`, `replace_by_request`, ..."""
+    before: dict[str, Any] | None = None
+    """Normalised spec in state; None for a create."""
+    after: dict[str, Any] | None = None
+    """Normalised desired spec; None for a delete."""
+    changed_paths: tuple[str, ...] = ()
+    """Dotted field paths that differ between before and after."""
+    replace_paths: tuple[str, ...] = ()
+    """Changed paths that force replacement."""
+    depends_on: tuple[str, ...] = ()
+    """Addresses this resource depends on (desired edges, or state edges for a delete)."""
+    placement: Placement | None = None
+    secrets: tuple[str, ...] = ()
+    """Names of the secrets the spec refers to (never values)."""
+
+
+class Cost(Frozen):
+    """Estimated hourly cost, in $ per hour."""
+
+    before: float = 0.0
+    after: float = 0.0
+
+
+class Plan(Frozen):
+    format_version: str = PLAN_FORMAT_VERSION
+    lineage: str
+    """Lineage of the state the plan was computed from ('' when the state did not exist)."""
+    serial: int
+    """Serial of that state; applying refuses a plan whose state has moved on."""
+    destroy: bool = False
+    targets: tuple[str, ...] = ()
+    replace: tuple[str, ...] = ()
+    changes: tuple[ResourceChange, ...] = Field(default=())
+    cost: Cost = Cost()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def has_changes(self) -> bool:
+        return any(c.action is not Action.NOOP for c in self.changes)
+
+    def counts(self) -> tuple[int, int, int]:
+        """(to add, to change, to destroy) as Terraform counts them: a replace is +1 and -1."""
+        add = change = destroy = 0
+        for c in self.changes:
+            if c.action is Action.CREATE or c.action.is_replace:
+                add += 1
+            if c.action is Action.DELETE or c.action.is_replace:
+                destroy += 1
+            if c.action is Action.UPDATE:
+                change += 1
+        return add, change, destroy
+
+    def summary(self) -> str:
+        add, change, destroy = self.counts()
+        return f"Plan: {add} to add, {change} to change, {destroy} to destroy."
+
+    def change(self, address: str) -> ResourceChange | None:
+        for c in self.changes:
+            if c.address == address:
+                return c
+        return None

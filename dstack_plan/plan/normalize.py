@@ -1,0 +1,54 @@
+"""Normalised specs: defaults filled, units canonical, so equal configs compare equal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dstack_plan.config.kinds import SPEC_BY_KIND, AnySpec
+from dstack_plan.config.resource import Resource
+
+
+def normalized_spec(resource: Resource) -> dict[str, Any]:
+    """The JSON form of a resource's spec that state stores and the diff compares."""
+    data = resource.spec.model_dump(mode="json", exclude_none=True)
+    data["name"] = resource.name
+    return data
+
+
+def spec_from_normalized(kind: str, data: dict[str, Any]) -> AnySpec:
+    """Rebuild the typed spec from its normalised JSON (a saved plan or state entry)."""
+    return SPEC_BY_KIND[kind].model_validate(data)
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted paths to leaves; lists are leaves (they are compared whole)."""
+    if isinstance(data, dict) and data:
+        flat: dict[str, Any] = {}
+        for key, value in data.items():
+            flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: data}
+
+
+def get_path(data: dict[str, Any], path: str) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def with_path(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of `data` with `path` set to `value` (removed when value is None)."""
+    head, _, rest = path.partition(".")
+    copy = dict(data)
+    if not rest:
+        if value is None:
+            copy.pop(head, None)
+        else:
+            copy[head] = value
+        return copy
+    child = copy.get(head)
+    copy[head] = with_path(child if isinstance(child, dict) else {}, rest, value)
+    return copy

@@ -1,0 +1,76 @@
+"""`dstack validate` and `dstack schema` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+DSTACK = [sys.executable, "-m", "dstack_plan.cli.app"]
+
+
+def run(
+    *args: str, cwd: Path = REPO_ROOT, stdin: str | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(
+        [*DSTACK, *args], cwd=cwd, capture_output=True, text=True, input=stdin, env=env, timeout=60
+    )
+
+
+def test_validate_examples() -> None:
+    result = run("validate", "examples/")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("resources OK")
+
+
+def test_validate_reports_errors_with_locations_and_exit_1(tmp_path: Path) -> None:
+    (tmp_path / "bad.dstack.yml").write_text("type: task\ncomands: [x]\nmax_duration: soon\n")
+    result = run("validate", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "bad.dstack.yml:2:1: error: unknown key 'comands' (did you mean 'commands'?)",
+        "bad.dstack.yml:3:15: error: max_duration: invalid duration 'soon': expected seconds or "
+        "a number with unit s, m, h, d or w (e.g. 90s, 2h), or off",
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_json(tmp_path: Path) -> None:
+    (tmp_path / "ok.dstack.yml").write_text("type: task\nname: ok\ncommands: [x]\n")
+    good = json.loads(run("validate", "--json", str(tmp_path)).stdout)
+    assert good == {
+        "valid": True,
+        "resources": [
+            {"address": "task.ok", "kind": "task", "name": "ok", "file": "ok.dstack.yml"}
+        ],
+        "errors": [],
+    }
+    (tmp_path / "bad.dstack.yml").write_text("type: fleet\nnodes: x\n")
+    result = run("validate", "--json", str(tmp_path))
+    assert result.returncode == 1
+    bad = json.loads(result.stdout)
+    assert bad["valid"] is False
+    assert bad["errors"][0]["file"] == "bad.dstack.yml"
+    assert (bad["errors"][0]["line"], bad["errors"][0]["column"]) == (2, 8)
+
+
+def test_validate_files_and_stdin(tmp_path: Path) -> None:
+    f = tmp_path / "t.dstack.yml"
+    f.write_text("type: task\nname: one\ncommands: [x]\n")
+    assert run("validate", "-f", str(f)).stdout.strip() == "1 resource OK"
+    piped = run("validate", "-f", "-", stdin="type: task\nname: two\ncommands: [x]\n")
+    assert piped.stdout.strip() == "1 resource OK"
+    broken = run("validate", "-f", "-", stdin="type: task\n  bad: [\n")
+    assert broken.returncode == 1 and broken.stderr.startswith("<stdin>:")
+
+
+def test_schema_unknown_kind_is_a_clean_error() -> None:
+    result = run("schema", "pipeline")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: unknown kind 'pipeline'")
+    assert "Traceback" not in result.stderr

@@ -92,7 +92,7 @@ def _check_keys(what: str, mapping: dict[Any, Any], allowed: tuple[str, ...]) ->
 
 
 class _Fields(dict):  # type: ignore[type-arg]
-    """Fields a shorthand parser already validated: the before-validator passes them on."""
+    """Fields a shorthand parser already validated: `_Spec._coerce` passes them straight on."""
 
 
 class _Spec(BaseModel):
@@ -124,7 +124,7 @@ class _Spec(BaseModel):
     def parse(cls, value: object) -> Self:
         """Parse any accepted form (e.g. a CLI `--gpu` value); raises ValueError."""
         if isinstance(value, str):
-            return _spec_from_text(cls, value)
+            return _spec_from_text(cls, str(value))
         return cls.model_validate(value)
 
     # A wrap validator runs before pydantic's own instance check, so it can hand back a
@@ -133,7 +133,7 @@ class _Spec(BaseModel):
     @classmethod
     def _coerce(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         if isinstance(value, str):
-            return _spec_from_text(cls, value)
+            return _spec_from_text(cls, str(value))
         if isinstance(value, cls):
             return value
         if type(value) is _Fields:
@@ -158,8 +158,9 @@ class _Spec(BaseModel):
 _SpecT = TypeVar("_SpecT", bound=_Spec)
 
 
-# Configs repeat the same few shorthands, and specs are immutable: parse each once.
-@functools.lru_cache(maxsize=4096)
+# Configs repeat the same few shorthands, and specs are immutable: parse each once. Callers
+# pass an exact str, so YAML loaders' str subclasses never become (or pin) cache keys.
+@functools.lru_cache(maxsize=1024)
 def _spec_from_text(cls: type[_SpecT], text: str) -> _SpecT:
     return cls.model_validate(_Fields(cls._parse_text(text)))
 

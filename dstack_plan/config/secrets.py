@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
@@ -45,10 +45,17 @@ class Secret:
 class SecretStore:
     """Secrets by name: `DSTACK_SECRET_<NAME>` wins over the project's secrets file."""
 
-    def __init__(self, project_dir: str | Path = ".", environ: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        project_dir: str | Path = ".",
+        environ: Mapping[str, str] | None = None,
+        on_resolve: Callable[[str], None] | None = None,
+    ):
         self._file = Path(project_dir) / SECRETS_FILE
         self._environ = os.environ if environ is None else environ
         self._from_file: dict[str, str] | None = None
+        self._on_resolve = on_resolve
+        """Told every value handed out, so the state backend can refuse to store it."""
 
     def get(self, name: str) -> Secret:
         value = self._environ.get(ENV_PREFIX + name)
@@ -59,6 +66,8 @@ class SecretStore:
                 f"secret {name!r} is not set: export {ENV_PREFIX}{name}=... or add "
                 f"`{name}: ...` to {SECRETS_FILE} (mode 0600)"
             )
+        if self._on_resolve is not None:
+            self._on_resolve(value)
         return Secret(value)
 
     def values(self, names: set[str] | frozenset[str] | tuple[str, ...]) -> dict[str, Secret]:

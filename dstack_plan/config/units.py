@@ -458,7 +458,7 @@ class Range(BaseModel, Generic[T]):
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
-            return _range_from_text(cls, value)
+            return _range_from_text(cls, str(value))
         return cls.model_validate(_Bounds(*cls.parse_bounds(value)))
 
     # A wrap validator runs before pydantic's own instance check, so it can hand back a
@@ -467,7 +467,7 @@ class Range(BaseModel, Generic[T]):
     @classmethod
     def _coerce(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         if isinstance(value, str):
-            return _range_from_text(cls, value)
+            return _range_from_text(cls, str(value))
         if isinstance(value, cls):
             return value
         low, high = value if type(value) is _Bounds else cls.parse_bounds(value)
@@ -516,7 +516,8 @@ _R = TypeVar("_R", bound=Range[Any])
 
 
 # Configs repeat the same few range strings, and the results are immutable: parse each once.
-@functools.lru_cache(maxsize=4096)
+# Callers pass an exact str, so YAML loaders' str subclasses never become (or pin) cache keys.
+@functools.lru_cache(maxsize=1024)
 def _range_from_text(cls: type[_R], text: str) -> _R:
     return cls.model_validate(_Bounds(*cls._parse_text(text)))
 

@@ -32,7 +32,7 @@ def test_discovers_config_files_and_skips_vcs_state_and_virtualenvs(tmp_path: Pa
 
 
 def test_several_documents_per_file(tmp_path: Path) -> None:
-    write(tmp_path / "all.dstack.yml", "\n---\n".join(TASK.format(name=n) for n in "abc".split()))
+    write(tmp_path / "all.dstack.yml", "\n---\n".join(TASK.format(name=n) for n in list("abc")))
     with pytest.raises(ConfigError):  # names must be 2+ chars
         load_project(tmp_path)
     write(tmp_path / "all.dstack.yml", "\n---\n".join(TASK.format(name=n) for n in ["aa", "bb"]))

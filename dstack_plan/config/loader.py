@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,18 @@ def load_project(
 
     Raises ConfigError carrying every problem found in every file.
     """
-    base = Path(directory)
+    # Loading allocates many small objects that all stay alive; the cyclic GC would rescan
+    # them again and again (quadratic-ish on big projects) for nothing.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load_project(Path(directory), files, stdin)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _load_project(base: Path, files: Sequence[str | Path], stdin: str | None) -> Desired:
     if files:
         paths: list[Path | str] = [STDIN if str(f) == STDIN else Path(f) for f in files]
     else:
@@ -72,7 +84,7 @@ def load_project(
         resources, file_issues = load_text(text, display, name_hint=_name_hint(display))
         loaded.extend(resources)
         issues.extend(file_issues)
-    desired, duplicate_issues = _index(loaded, {d: t for d, t in _texts(paths, base, stdin)})
+    desired, duplicate_issues = _index(loaded, lambda d: _text_of(d, paths, base, stdin))
     issues.extend(duplicate_issues)
     if issues:
         raise ConfigError(issues)
@@ -139,7 +151,7 @@ def _build(
 
 
 def _index(
-    resources: Iterable[Resource], texts: dict[str, str]
+    resources: Iterable[Resource], text_of: Callable[[str], str]
 ) -> tuple[dict[str, Resource], list[ConfigIssue]]:
     by_address: dict[str, Resource] = {}
     issues: list[ConfigIssue] = []
@@ -151,7 +163,9 @@ def _index(
             continue
 
         def where(r: Resource) -> str:
-            locator = locators.setdefault(r.source.file, Locator(texts.get(r.source.file, "")))
+            locator = locators.get(r.source.file) or locators.setdefault(
+                r.source.file, Locator(text_of(r.source.file))
+            )
             pos = (
                 locator.document_start(r.source.document)
                 if r.name_derived
@@ -172,14 +186,16 @@ def _index(
     return by_address, issues
 
 
-def _texts(paths: Sequence[Path | str], base: Path, stdin: str | None):
-    # Only reached for duplicate reports, so re-reading is acceptable.
+def _text_of(display: str, paths: Sequence[Path | str], base: Path, stdin: str | None) -> str:
+    """Re-read one file by its display name; only needed to locate duplicate resources."""
     for path in paths:
-        display = "<stdin>" if path == STDIN else _display_path(Path(path), base)
-        try:
-            yield display, _read(path, stdin)
-        except OSError:
-            continue
+        shown = "<stdin>" if path == STDIN else _display_path(Path(path), base)
+        if shown == display:
+            try:
+                return _read(path, stdin)
+            except OSError:
+                return ""
+    return ""
 
 
 _stdin_cache: dict[str, str] = {}
@@ -201,11 +217,12 @@ def _read(path: Path | str, stdin: str | None) -> str:
 
 
 def _display_path(path: Path, base: Path) -> str:
-    for root in (base, Path.cwd()):
-        try:
-            return str(path.resolve().relative_to(root.resolve()))
-        except ValueError:
-            continue
+    """Relative to the project directory when inside it, else to the working directory."""
+    absolute = os.path.abspath(path)
+    for root in (os.path.abspath(base), os.getcwd()):
+        relative = os.path.relpath(absolute, root)
+        if not relative.startswith(".." + os.sep) and relative != "..":
+            return relative
     return str(path)
 
 

@@ -48,6 +48,67 @@ FastLoader.add_implicit_resolver(
 )
 
 
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_resolved: dict[str, str] = {}
+
+
+def _resolve(self: Any, kind: Any, value: Any, implicit: Any) -> str:
+    # Configs repeat the same keys and values endlessly; resolve each plain scalar once.
+    if kind is yaml.ScalarNode and implicit[0]:
+        tag = _resolved.get(value)
+        if tag is None:
+            tag = _BaseResolve(self, kind, value, implicit)
+            if len(_resolved) < 100_000:
+                _resolved[value] = tag
+        return tag
+    return _BaseResolve(self, kind, value, implicit)
+
+
+def _construct_document(self: Any, node: Any) -> Any:
+    """Build plain dicts, lists and scalars directly; anything unusual takes the slow path."""
+    try:
+        return _build(self, node, {})
+    except _Unusual:
+        return _BaseConstructDocument(self, node)
+
+
+class _Unusual(Exception):
+    """A merge key, an odd tag or a recursive structure: let PyYAML handle the document."""
+
+
+def _build(loader: Any, node: Any, memo: dict[int, Any]) -> Any:
+    if id(node) in memo:
+        return memo[id(node)]
+    tag = node.tag
+    if tag == _STR:
+        return node.value
+    if tag == _MAP:
+        result: dict[Any, Any] = {}
+        memo[id(node)] = result
+        for key_node, value_node in node.value:
+            if key_node.tag not in (_STR, _INT) or key_node.value == "<<":
+                raise _Unusual
+            key = _build(loader, key_node, memo)
+            result[key] = _build(loader, value_node, memo)
+        return result
+    if tag == _SEQ:
+        items: list[Any] = []
+        memo[id(node)] = items
+        items.extend(_build(loader, item, memo) for item in node.value)
+        return items
+    if isinstance(node, yaml.ScalarNode) and tag.startswith("tag:yaml.org,2002:"):
+        return loader.construct_object(node, deep=True)
+    raise _Unusual
+
+
+_BaseResolve = _Base.resolve
+_BaseConstructDocument = _Base.construct_document
+FastLoader.resolve = _resolve
+FastLoader.construct_document = _construct_document
+
+
 def load_all(text: str) -> list[Any]:
     """Every document of `text`; raises yaml.YAMLError with a mark on bad syntax."""
     return list(yaml.load_all(text, Loader=FastLoader))

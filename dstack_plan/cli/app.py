@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from dstack_plan.cli import schema_cmd, validate_cmd
+from dstack_plan.cli import apply_cmd, plan_cmd, schema_cmd, validate_cmd
 
 app = typer.Typer(
     name="dstack",
@@ -34,6 +34,11 @@ def _global(
 
 
 app.command("validate")(validate_cmd.validate)
+app.command("plan")(plan_cmd.plan)
+app.command("apply", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})(
+    apply_cmd.apply
+)
+app.command("destroy")(apply_cmd.destroy)
 app.command("schema")(schema_cmd.schema)
 
 

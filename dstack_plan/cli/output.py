@@ -45,3 +45,10 @@ def print_bug() -> None:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def print_lines(lines: list[str], stderr: bool = False) -> None:
+    """Print rich-markup lines (colours dropped with --no-color or NO_COLOR)."""
+    out = console(stderr=stderr)
+    for line in lines:
+        out.print(line)

@@ -39,8 +39,10 @@ def render_plan(plan: Plan) -> list[str]:
         lines += [f"[yellow]Warning:[/] {_esc(warning)}", ""]
     active = [c for c in plan.changes if c.action is not Action.NOOP]
     if not active:
-        message = "No objects need to be destroyed." if plan.destroy else (
-            "Your infrastructure matches the configuration."
+        message = (
+            "No objects need to be destroyed."
+            if plan.destroy
+            else ("Your infrastructure matches the configuration.")
         )
         lines.append(f"[green]No changes.[/] {message}")
         lines += _noop_notes(plan)
@@ -75,7 +77,7 @@ def _render_change(change: ResourceChange) -> list[str]:
     elif change.reason and change.action is not Action.UPDATE:
         header += f" ({_esc(change.reason)})"
     lines = [f"[bold]{header}[/]"]
-    lines.append(f"[{color}]{change.action.symbol:>3}[/] {change.kind} \"{change.name}\" {{")
+    lines.append(f'[{color}]{change.action.symbol:>3}[/] {change.kind} "{change.name}" {{')
     if change.action is Action.CREATE and change.before is None:
         lines += _attributes("+", "green", change.after or {}, change)
     elif change.action is Action.DELETE:

@@ -1,0 +1,227 @@
+"""Pydantic models of the agent API payloads, for the controller side (the daemon never imports
+this: it validates with the standard library in `spec`)."""
+
+from __future__ import annotations
+
+import uuid
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from dstack_plan.agent import protocol as p
+
+
+class JobStatus(str, Enum):
+    SUBMITTED = p.SUBMITTED
+    PULLING = p.PULLING
+    RUNNING = p.RUNNING
+    TERMINATING = p.TERMINATING
+    DONE = p.DONE
+    FAILED = p.FAILED
+    TERMINATED = p.TERMINATED
+    ABORTED = p.ABORTED
+
+    @property
+    def finished(self) -> bool:
+        return self.value in p.FINISHED_STATUSES
+
+
+class TerminationReason(str, Enum):
+    DONE_BY_RUNNER = p.DONE_BY_RUNNER
+    CONTAINER_EXITED_WITH_ERROR = p.CONTAINER_EXITED_WITH_ERROR
+    CREATING_CONTAINER_ERROR = p.CREATING_CONTAINER_ERROR
+    EXECUTOR_ERROR = p.EXECUTOR_ERROR
+    TERMINATED_BY_USER = p.TERMINATED_BY_USER
+    MAX_DURATION_EXCEEDED = p.MAX_DURATION_EXCEEDED
+    ABORTED_BY_USER = p.ABORTED_BY_USER
+
+
+_REQUEST = ConfigDict(extra="forbid", frozen=True)
+_ANSWER = ConfigDict(extra="ignore", frozen=True)  # a newer agent may add fields
+
+
+class PortMapping(BaseModel):
+    model_config = _REQUEST
+    container_port: int = Field(ge=1, le=65535)
+    host_port: int | None = Field(default=None, ge=1, le=65535)
+
+
+class VolumeMount(BaseModel):
+    model_config = _REQUEST
+    host_path: str
+    container_path: str
+    read_only: bool = False
+
+
+class JobSpec(BaseModel):
+    """What to run. Env values may be `SecretStr`: they are sent to the agent, which keeps them
+    in memory only, and never appear in records, logs or this model's repr."""
+
+    model_config = _REQUEST
+    id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    run_name: str
+    run_id: str | None = None
+    image: str | None = None
+    commands: list[str] = []
+    entrypoint: list[str] | None = None
+    env: dict[str, str | SecretStr] = {}
+    secret_env: list[str] = []
+    working_dir: str | None = None
+    user: str | None = None
+    ports: list[PortMapping] = []
+    gpus: int | list[int] = 0
+    """How many GPUs, or which indices."""
+    cpus: float | None = None
+    memory: int | None = None
+    """Bytes."""
+    shm_size: int | None = None
+    """Bytes."""
+    volumes: list[VolumeMount] = []
+    network_mode: Literal["host", "bridge"] = "host"
+    labels: dict[str, str] = {}
+    privileged: bool = False
+    stop_timeout: float = p.DEFAULT_STOP_TIMEOUT
+    max_duration: float | None = None
+    """Seconds of running after which the agent stops the job."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON body for `POST /jobs`, secret values unwrapped and named in secret_env."""
+        data = self.model_dump(mode="json", exclude={"env", "secret_env"})
+        env: dict[str, str] = {}
+        secret = list(self.secret_env)
+        for name, value in self.env.items():
+            if isinstance(value, SecretStr):
+                env[name] = value.get_secret_value()
+                if name not in secret:
+                    secret.append(name)
+            else:
+                env[name] = value
+        data["env"] = env
+        data["secret_env"] = secret
+        return data
+
+
+class JobInfo(BaseModel):
+    model_config = _ANSWER
+    id: str
+    run_name: str
+    run_id: str | None = None
+    runtime: Literal["docker", "process"]
+    status: JobStatus
+    termination_reason: TerminationReason | None = None
+    termination_message: str | None = None
+    exit_code: int | None = None
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    gpus: list[int] = []
+    container_id: str | None = None
+    container_name: str | None = None
+    pid: int | None = None
+    ports: list[PortMapping] = []
+    log_size: int = 0
+    """The offset the next log byte gets."""
+    log_first_offset: int = 0
+    """Offsets before this were discarded by log rotation."""
+    logs_truncated: bool = False
+    spec: dict[str, Any] = {}
+    """The spec as the agent stores it: secret env values read `(redacted)`."""
+
+    @property
+    def finished(self) -> bool:
+        return self.status.finished
+
+
+class LogChunk(BaseModel):
+    """Log bytes [offset, next_offset). Ask again from next_offset: nothing is lost or repeated."""
+
+    model_config = _ANSWER
+    job_id: str
+    offset: int
+    next_offset: int
+    first_offset: int = 0
+    size: int | None = None
+    truncated: bool = False
+    """The asked-for offset was already rotated away; data starts at `offset` instead."""
+    complete: bool = False
+    """The job has ended and this chunk reaches the end of its log."""
+    data: bytes = b""
+
+
+class GpuInfo(BaseModel):
+    model_config = _ANSWER
+    vendor: str
+    name: str
+    memory_mib: int
+    index: int
+    uuid: str
+
+
+class DockerFacts(BaseModel):
+    model_config = _ANSWER
+    present: bool
+    version: str | None = None
+    api_version: str | None = None
+    error: str | None = None
+
+
+class MemoryFacts(BaseModel):
+    model_config = _ANSWER
+    total_bytes: int
+    available_bytes: int
+
+
+class DiskFacts(BaseModel):
+    model_config = _ANSWER
+    path: str
+    total_bytes: int
+    free_bytes: int
+
+
+class Address(BaseModel):
+    model_config = _ANSWER
+    interface: str
+    family: Literal["ipv4", "ipv6"]
+    address: str
+
+
+class HostFacts(BaseModel):
+    model_config = _ANSWER
+    hostname: str
+    os: str
+    kernel: str
+    arch: str
+    cpus: int
+    memory: MemoryFacts
+    disk: DiskFacts
+    addresses: list[Address]
+    python: str
+    docker: DockerFacts
+    gpus: list[GpuInfo]
+    gpus_allocated: dict[int, str] = {}
+    """GPU index -> job id."""
+
+
+class Health(BaseModel):
+    model_config = _ANSWER
+    status: str
+    version: str
+    api_version: int
+    agent_id: str
+    uptime_seconds: float
+
+
+class ConnectionInfo(BaseModel):
+    """The agent's `agent.json`: where it listens and where its token is."""
+
+    model_config = _ANSWER
+    pid: int
+    host: str
+    port: int
+    url: str
+    token_file: str
+    data_dir: str
+    version: str
+    agent_id: str
+    started_at: float

@@ -1,0 +1,288 @@
+"""The controller's async client for one host agent.
+
+It talks HTTP to a base URL: the agent's own 127.0.0.1 address on the local machine, or the
+local end of an SSH tunnel; any `httpx.AsyncBaseTransport` can be plugged in instead. Connection
+failures are retried a bounded number of times (every request is safe to repeat: a job submit
+carries its id, and the agent answers a repeated identical submit with the existing job).
+Every failure surfaces as `AgentError(host, message, status)`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+from pydantic import SecretStr
+
+from dstack_plan.agent.api_models import (
+    ConnectionInfo,
+    Health,
+    HostFacts,
+    JobInfo,
+    JobSpec,
+    JobStatus,
+    LogChunk,
+)
+from dstack_plan.agent.protocol import CONNECTION_FILE, HEADER_LOG_FIRST_OFFSET, HEADER_LOG_OFFSET
+from dstack_plan.clock import Clock, SystemClock
+from dstack_plan.errors import AgentError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_RETRIES = 3
+FOLLOW_IDLE_TIMEOUT = 30
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        error = response.json().get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    except (ValueError, AttributeError):
+        pass
+    text = response.text.strip()[:500]
+    return text or response.reason_phrase or f"HTTP {response.status_code}"
+
+
+class AgentClient:
+    """Async client for the agent API at `base_url`, authenticated with `token`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | SecretStr,
+        *,
+        host: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        retry_delay: float = 0.2,
+        clock: Clock | None = None,
+    ):
+        secret = token.get_secret_value() if isinstance(token, SecretStr) else token
+        self.host = host or urlsplit(base_url).netloc or base_url
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self._clock = clock or SystemClock()
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            transport=transport,
+            timeout=httpx.Timeout(timeout),
+            headers={"Authorization": f"Bearer {secret}"},
+            trust_env=False,  # a proxy from the environment must never see the agent token
+        )
+
+    @classmethod
+    def from_data_dir(cls, data_dir: Path | str, **kwargs: Any) -> AgentClient:
+        """A client for the agent running on this machine with that data dir."""
+        path = Path(data_dir) / CONNECTION_FILE
+        try:
+            info = ConnectionInfo.model_validate_json(path.read_text())
+            token = Path(info.token_file).read_text().strip()
+        except (OSError, ValueError) as e:
+            raise AgentError(str(data_dir), f"no running agent found ({e})") from e
+        kwargs.setdefault("host", f"{info.host}:{info.port}")
+        return cls(info.url, token, **kwargs)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    async def _backoff(self, attempt: int) -> None:
+        await self._clock.sleep(self.retry_delay * (2**attempt))
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        content = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        for attempt in range(self.retries + 1):
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    content=content,
+                    headers=headers,
+                    params=params,
+                    timeout=self.timeout if timeout is None else timeout,
+                )
+            except httpx.TransportError as e:
+                if attempt >= self.retries:
+                    raise AgentError(
+                        self.host,
+                        f"{method} {path}: cannot reach the agent after {attempt + 1} "
+                        f"attempt(s): {type(e).__name__}: {e}",
+                    ) from e
+                log.debug("%s %s: %s; retrying", method, path, e)
+                await self._backoff(attempt)
+                continue
+            if response.status_code >= 400:
+                raise AgentError(self.host, _message(response), response.status_code)
+            return response
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _job_path(job_id: str) -> str:
+        return f"/jobs/{quote(job_id, safe='')}"
+
+    # -- the API ---------------------------------------------------------------------------
+
+    async def health(self) -> Health:
+        """Version and uptime."""
+        return Health.model_validate((await self._request("GET", "/health")).json())
+
+    async def host_facts(self) -> HostFacts:
+        """OS, CPUs, memory, disk, addresses, docker engine and GPUs of the host."""
+        return HostFacts.model_validate((await self._request("GET", "/host")).json())
+
+    async def metrics(self) -> str:
+        """Prometheus text."""
+        return (await self._request("GET", "/metrics")).text
+
+    async def submit(self, spec: JobSpec) -> JobInfo:
+        """Start a job (submitting the same spec again returns the existing job)."""
+        response = await self._request("POST", "/jobs", body=spec.to_wire())
+        return JobInfo.model_validate(response.json())
+
+    async def list_jobs(
+        self, status: JobStatus | str | None = None, run_name: str | None = None
+    ) -> list[JobInfo]:
+        """All jobs the agent knows, oldest first."""
+        params = {}
+        if status is not None:
+            params["status"] = JobStatus(status).value
+        if run_name is not None:
+            params["run_name"] = run_name
+        response = await self._request("GET", "/jobs", params=params)
+        return [JobInfo.model_validate(j) for j in response.json()["jobs"]]
+
+    async def get_job(self, job_id: str) -> JobInfo:
+        """One job."""
+        return JobInfo.model_validate((await self._request("GET", self._job_path(job_id))).json())
+
+    async def stop(
+        self, job_id: str, timeout: float | None = None, abort: bool = False
+    ) -> JobInfo:
+        """Stop gracefully (SIGTERM, then SIGKILL after `timeout` or the job's stop_timeout),
+        or with `abort` kill at once. Returns at once; see `wait`."""
+        body: dict[str, Any] = {"abort": abort}
+        if timeout is not None:
+            body["timeout"] = timeout
+        response = await self._request("POST", self._job_path(job_id) + "/stop", body=body)
+        return JobInfo.model_validate(response.json())
+
+    async def delete(self, job_id: str, force: bool = False) -> None:
+        """Forget a finished job (`force` aborts a running one first)."""
+        params = {"force": "1"} if force else None
+        await self._request("DELETE", self._job_path(job_id), params=params, timeout=30)
+
+    async def logs(
+        self, job_id: str, offset: int = 0, limit: int | None = None, wait: int = 0
+    ) -> LogChunk:
+        """Log bytes from `offset`; with `wait`, wait up to that many seconds for new bytes."""
+        params: dict[str, Any] = {"offset": offset}
+        if limit is not None:
+            params["limit"] = limit
+        if wait:
+            params["wait"] = wait
+        response = await self._request(
+            "GET", self._job_path(job_id) + "/logs", params=params, timeout=self.timeout + wait
+        )
+        data = response.json()
+        data["data"] = base64.b64decode(data.get("data", ""))
+        return LogChunk.model_validate(data)
+
+    async def read_all_logs(self, job_id: str, offset: int = 0) -> bytes:
+        """Everything stored from `offset` up to the log's current end."""
+        parts = []
+        while True:
+            chunk = await self.logs(job_id, offset)
+            parts.append(chunk.data)
+            if chunk.next_offset == offset or chunk.next_offset >= (chunk.size or 0):
+                return b"".join(parts)
+            offset = chunk.next_offset
+
+    async def follow_logs(
+        self, job_id: str, offset: int = 0, idle_timeout: int = FOLLOW_IDLE_TIMEOUT
+    ) -> AsyncIterator[LogChunk]:
+        """Stream log chunks as they come until the job ends and all its output is read.
+
+        A dropped connection is resumed from the last offset received, so no byte is lost or
+        repeated; only more than `retries` consecutive failures raise AgentError.
+        """
+        position = offset
+        failures = 0
+        path = self._job_path(job_id) + "/logs"
+        while True:
+            params = {"offset": position, "follow": "1", "idle_timeout": idle_timeout}
+            timeout = httpx.Timeout(self.timeout, read=idle_timeout + self.timeout)
+            try:
+                async with self._http.stream("GET", path, params=params, timeout=timeout) as r:
+                    if r.status_code >= 400:
+                        await r.aread()
+                        raise AgentError(self.host, _message(r), r.status_code)
+                    start = int(r.headers.get(HEADER_LOG_OFFSET, position))
+                    first = int(r.headers.get(HEADER_LOG_FIRST_OFFSET, 0))
+                    truncated = start > position
+                    position = start
+                    async for data in r.aiter_raw():
+                        if not data:
+                            continue
+                        yield LogChunk(
+                            job_id=job_id,
+                            offset=position,
+                            next_offset=position + len(data),
+                            first_offset=first,
+                            truncated=truncated,
+                            data=data,
+                        )
+                        truncated = False
+                        position += len(data)
+                        failures = 0
+            except httpx.TransportError as e:
+                failures += 1
+                if failures > self.retries:
+                    raise AgentError(
+                        self.host, f"following logs of {job_id} failed: {type(e).__name__}: {e}"
+                    ) from e
+                await self._backoff(failures - 1)
+                continue
+            info = await self.get_job(job_id)
+            if info.finished and position >= info.log_size:
+                return
+
+    async def wait(self, job_id: str, timeout: float, poll_interval: float = 0.1) -> JobInfo:
+        """Poll until the job has finished; AgentError if it has not within `timeout` s."""
+        deadline = self._clock.now() + timeout
+        while True:
+            info = await self.get_job(job_id)
+            if info.finished:
+                return info
+            if self._clock.now() >= deadline:
+                raise AgentError(
+                    self.host, f"job {job_id} still {info.status.value} after {timeout:g}s"
+                )
+            await self._clock.sleep(poll_interval)

@@ -1,0 +1,238 @@
+"""Running the agent: in the foreground (`serve`) or detached (`start`, `stop`, `status`).
+
+A lock file held by the serving process for its whole life tells whether an agent runs on a
+data dir; the kernel drops it when the process dies, even by SIGKILL, so it is never stale.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import Any
+
+from dstack_plan.agent.app import AgentApp
+from dstack_plan.agent.datadir import DataDir, read_json, write_json_atomic
+from dstack_plan.agent.protocol import AGENT_VERSION
+from dstack_plan.agent.server import LISTEN_HOST, AgentServer
+
+log = logging.getLogger(__name__)
+
+
+class DaemonError(Exception):
+    """A daemon command failed; the message says why."""
+
+
+def _try_lock(path: Any) -> int | None:
+    """An fd holding an exclusive lock on `path`, or None if another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read_pid(data: DataDir) -> int | None:
+    try:
+        return int(data.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def is_running(data: DataDir) -> bool:
+    """Whether a `serve` process holds this data dir."""
+    if not data.serve_lock.exists():
+        return False
+    fd = _try_lock(data.serve_lock)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def connection_info(data: DataDir, wait: float = 0.0) -> dict[str, Any] | None:
+    """The running agent's connection info (waiting up to `wait` s while it starts), or None."""
+    deadline = time.monotonic() + wait
+    while True:
+        if not is_running(data):
+            return None
+        pid = _read_pid(data)
+        try:
+            info = read_json(data.connection_file)
+            if info.get("pid") == pid:
+                return info
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def serve(data: DataDir, port: int, log_max_bytes: int) -> int:
+    """Run the agent in this process until SIGTERM/SIGINT."""
+    data.ensure()
+    lock_fd = _try_lock(data.serve_lock)
+    if lock_fd is None:
+        raise DaemonError(f"another agent (pid {_read_pid(data)}) already serves {data.root}")
+    data.pid_file.write_text(f"{os.getpid()}\n")
+    token = data.token()
+    app = AgentApp(data, log_max_bytes)
+    try:
+        server = AgentServer(port, app, token)
+    except OSError as e:
+        raise DaemonError(f"cannot listen on {LISTEN_HOST}:{port}: {e.strerror or e}") from e
+    app.start()
+    bound = server.server_address[1]
+    write_json_atomic(
+        data.connection_file,
+        {
+            "pid": os.getpid(),
+            "host": LISTEN_HOST,
+            "port": bound,
+            "url": f"http://{LISTEN_HOST}:{bound}",
+            "token_file": str(data.token_file),
+            "data_dir": str(data.root),
+            "version": AGENT_VERSION,
+            "agent_id": app.agent_id,
+            "started_at": app.started_at,
+        },
+        mode=0o644,
+    )
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("signal %d: shutting down", signum)
+        # shutdown() waits for serve_forever, which runs in this (the signalled) thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("agent %s serving %s on %s:%d", AGENT_VERSION, data.root, LISTEN_HOST, bound)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        app.jobs.shutdown()
+        server.server_close()
+        data.connection_file.unlink(missing_ok=True)
+        data.pid_file.unlink(missing_ok=True)
+        os.close(lock_fd)
+    log.info("agent stopped")
+    return 0
+
+
+def self_command() -> list[str]:
+    """How to run this agent again: the zipapp it came from, or `-m dstack_plan.agent`."""
+    flags = ["-I"] if sys.flags.isolated else []
+    loader = getattr(sys.modules[__package__ or "dstack_plan.agent"], "__loader__", None)
+    archive = getattr(loader, "archive", None)
+    if archive:
+        return [sys.executable, *flags, archive]
+    return [sys.executable, *flags, "-m", "dstack_plan.agent"]
+
+
+def _healthy(info: dict[str, Any], token: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(
+        info["url"] + "/health", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with opener.open(request, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def start(
+    data: DataDir, port: int, log_max_bytes: int, wait: float, log_level: str = "info"
+) -> dict[str, Any]:
+    """Start a detached agent, or find the running one; returns its connection info."""
+    data.ensure()
+    start_lock = os.open(data.start_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(start_lock, fcntl.LOCK_EX)  # two `start`s at once start one agent
+        info = connection_info(data, wait=wait if is_running(data) else 0)
+        if info is not None:
+            return {**info, "already_running": True}
+        argv = [
+            *self_command(),
+            "serve",
+            "--data-dir",
+            str(data.root),
+            "--port",
+            str(port),
+            "--log-max-bytes",
+            str(log_max_bytes),
+            "--log-level",
+            log_level,
+        ]
+        with open(data.log_file, "ab") as log_file:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+                close_fds=True,
+                cwd="/",
+            )
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise DaemonError(
+                    f"the agent exited with code {proc.returncode}:\n{_tail(data.log_file)}"
+                )
+            info = connection_info(data)
+            if info is not None and info.get("pid") == proc.pid and _healthy(info, data.token()):
+                return {**info, "already_running": False}
+            time.sleep(0.05)
+        raise DaemonError(f"the agent did not answer within {wait:g}s; see {data.log_file}")
+    finally:
+        os.close(start_lock)
+
+
+def _tail(path: Any, lines: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def stop(data: DataDir, timeout: float) -> bool:
+    """Stop the running agent (SIGTERM, SIGKILL after `timeout`); False if none ran."""
+    if not is_running(data):
+        return False
+    pid = _read_pid(data)
+    if pid is None:
+        raise DaemonError(f"an agent holds {data.serve_lock} but {data.pid_file} is unreadable")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_running(data):
+            return True
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    while is_running(data):
+        time.sleep(0.05)
+    return True
+
+
+def status(data: DataDir) -> dict[str, Any]:
+    """{running, ...connection info} of the data dir's agent."""
+    info = connection_info(data)
+    if info is None:
+        return {"running": is_running(data), "data_dir": str(data.root)}
+    return {"running": True, **info}
+
+
+def dumps(info: dict[str, Any]) -> str:
+    """JSON for the command line."""
+    return json.dumps(info, indent=2, sort_keys=True)

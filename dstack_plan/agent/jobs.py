@@ -1,0 +1,371 @@
+"""The job manager: submit, track, stop and forget jobs; durable across agent restarts."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import shutil
+import threading
+import time
+from typing import Any
+
+from dstack_plan.agent.datadir import DataDir, read_json, write_json_atomic
+from dstack_plan.agent.dockerlib import DockerEngine
+from dstack_plan.agent.gpualloc import GpuAllocator, GpuUnavailable
+from dstack_plan.agent.job import Job, StopRequest
+from dstack_plan.agent.logstore import LogStore
+from dstack_plan.agent.protocol import (
+    ABORTED_BY_USER,
+    ALL_STATUSES,
+    CONTAINER_EXITED_WITH_ERROR,
+    DONE_BY_RUNNER,
+    EXECUTOR_ERROR,
+    MAX_DURATION_EXCEEDED,
+    RUNNING,
+    RUNTIME_DOCKER,
+    RUNTIME_PROCESS,
+    STATUS_OF_REASON,
+    TERMINATED_BY_USER,
+    TERMINATING,
+)
+from dstack_plan.agent.runtimes.base import Runtime, StartError
+from dstack_plan.agent.runtimes.docker_runtime import DockerRuntime
+from dstack_plan.agent.runtimes.process_runtime import ProcessRuntime
+from dstack_plan.agent.spec import parse_job_spec
+from dstack_plan.agent.timers import Timers
+
+log = logging.getLogger(__name__)
+
+_STOP_MESSAGES = {
+    TERMINATED_BY_USER: "stopped by user",
+    ABORTED_BY_USER: "aborted by user",
+}
+FORCE_DELETE_WAIT = 15.0
+
+
+class ApiError(Exception):
+    """An answer other than success: HTTP status, message, and the offending field if any."""
+
+    def __init__(self, status: int, message: str, field: str | None = None, code: str = "error"):
+        self.status = status
+        self.field = field
+        self.code = code
+        super().__init__(message)
+
+
+class JobManager:
+    """All jobs of this agent. One lock guards job state; runtimes do slow work outside it."""
+
+    def __init__(
+        self,
+        data: DataDir,
+        agent_id: str,
+        engine: DockerEngine,
+        gpus: GpuAllocator,
+        gpu_vendor: str | None,
+        log_max_bytes: int,
+    ):
+        self._data = data
+        self._agent_id = agent_id
+        self._engine = engine
+        self._gpus = gpus
+        self.gpu_vendor = gpu_vendor
+        self._log_max_bytes = log_max_bytes
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._jobs: dict[str, Job] = {}
+        self._deadlines: dict[str, int] = {}
+        self._timers = Timers()
+        self._shutting_down = False
+        self.runtimes: dict[str, Runtime] = {
+            RUNTIME_PROCESS: ProcessRuntime(data.jobs),
+            RUNTIME_DOCKER: DockerRuntime(engine, agent_id, log_max_bytes),
+        }
+
+    # -- persistence and recovery ----------------------------------------------------------
+
+    def _persist(self, job: Job) -> None:
+        write_json_atomic(self._data.job_dir(job.id) / "job.json", job.record())
+
+    def _logs(self, job_id: str) -> LogStore:
+        return LogStore(self._data.job_dir(job_id) / "logs", self._log_max_bytes)
+
+    def recover(self) -> None:
+        """Load job records after a start: re-adopt containers, fail orphaned processes."""
+        for path in sorted(self._data.jobs.glob("*/job.json")):
+            try:
+                job = Job.from_record(read_json(path), self._logs(path.parent.name))
+            except Exception as e:
+                log.error("ignoring unreadable job record %s: %s", path, e)
+                continue
+            with self._lock:
+                self._jobs[job.id] = job
+            if job.finished:
+                job.logs.close()
+                continue
+            self._gpus.claim(job.id, job.gpus)
+            if job.runtime == RUNTIME_PROCESS:
+                runtime = self.runtimes[RUNTIME_PROCESS]
+                assert isinstance(runtime, ProcessRuntime)
+                runtime.kill_orphan(job)
+                when = (
+                    "while the process was running"
+                    if job.started
+                    else ("before the process started")
+                )
+                self.finish(job, EXECUTOR_ERROR, f"agent restarted {when}")
+            else:
+                log.info("re-adopting job %s", job.id)
+                self._start_thread(job, adopt=True)
+
+    # -- the JobControl interface runtimes use ---------------------------------------------
+
+    def set_status(self, job: Job, status: str) -> None:
+        with self._lock:
+            if not job.finished:
+                job.status = status
+                self._persist(job)
+                self._changed.notify_all()
+
+    def set_handles(self, job: Job, **handles: Any) -> StopRequest | None:
+        with self._lock:
+            for name, value in handles.items():
+                setattr(job, name, value)
+            self._persist(job)
+            return job.stop
+
+    def mark_started(self, job: Job, **handles: Any) -> StopRequest | None:
+        with self._lock:
+            for name, value in handles.items():
+                setattr(job, name, value)
+            job.started = True
+            if not job.finished:
+                job.status = TERMINATING if job.stop else RUNNING
+                job.started_at = job.started_at or time.time()
+                if job.spec.max_duration and job.id not in self._deadlines:
+                    when = job.started_at + job.spec.max_duration
+                    self._deadlines[job.id] = self._timers.call_at(
+                        when, lambda: self._max_duration_exceeded(job.id)
+                    )
+            self._persist(job)
+            self._changed.notify_all()
+            return job.stop
+
+    def append_log(self, job: Job, data: bytes, cursor: str | None = None) -> None:
+        job.logs.append(data, cursor)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _start_thread(self, job: Job, adopt: bool = False) -> None:
+        threading.Thread(
+            target=self._run_job, args=(job, adopt), name=f"job-{job.id}", daemon=True
+        ).start()
+
+    def _run_job(self, job: Job, adopt: bool) -> None:
+        runtime = self.runtimes[job.runtime]
+        try:
+            code = runtime.adopt(job, self) if adopt else runtime.run(job, self)
+        except StartError as e:
+            self.finish(job, e.reason, str(e))
+        except Exception as e:
+            log.exception("job %s: runtime failed", job.id)
+            self.finish(job, EXECUTOR_ERROR, f"agent error: {type(e).__name__}: {e}")
+        else:
+            self._finish_exited(job, code)
+        finally:
+            if not self._shutting_down:
+                runtime.cleanup(job)
+
+    def _finish_exited(self, job: Job, code: int) -> None:
+        with self._lock:
+            stop = job.stop
+        if stop is not None:
+            self.finish(job, stop.reason, self._stop_message(job, stop), code)
+        elif code == 0:
+            self.finish(job, DONE_BY_RUNNER, None, 0)
+        else:
+            self.finish(job, CONTAINER_EXITED_WITH_ERROR, f"exited with code {code}", code)
+
+    @staticmethod
+    def _stop_message(job: Job, stop: StopRequest) -> str:
+        if stop.reason == MAX_DURATION_EXCEEDED:
+            return f"max_duration of {job.spec.max_duration:g}s exceeded"
+        return _STOP_MESSAGES.get(stop.reason, stop.reason)
+
+    def finish(
+        self, job: Job, reason: str, message: str | None, exit_code: int | None = None
+    ) -> bool:
+        """End a job with `reason` (first call wins); frees its GPUs."""
+        with self._lock:
+            if job.finished:
+                return False
+            job.status = STATUS_OF_REASON[reason]
+            job.termination_reason = reason
+            job.termination_message = message
+            job.exit_code = exit_code
+            job.finished_at = time.time()
+            self._gpus.release(job.id)
+            handle = self._deadlines.pop(job.id, None)
+            if handle is not None:
+                self._timers.cancel(handle)
+            if job.id in self._jobs:
+                self._persist(job)
+            self._changed.notify_all()
+        job.logs.close()
+        log.info("job %s %s (%s)", job.id, job.status, reason)
+        return True
+
+    def _max_duration_exceeded(self, job_id: str) -> None:
+        try:
+            self.stop(job_id, reason=MAX_DURATION_EXCEEDED)
+        except ApiError:
+            pass  # deleted meanwhile
+
+    # -- the API ---------------------------------------------------------------------------
+
+    def submit(self, payload: Any) -> tuple[int, dict[str, Any]]:
+        """Validate and start a job; (201, info), or (200, info) for a repeated identical one."""
+        spec = parse_job_spec(payload)
+        runtime = RUNTIME_DOCKER if spec.image else RUNTIME_PROCESS
+        if runtime == RUNTIME_DOCKER and self._engine.client() is None:
+            raise ApiError(
+                422,
+                f"image: this host cannot run images ({self._engine.error})",
+                "image",
+                "no_docker",
+            )
+        with self._lock:
+            existing = self._jobs.get(spec.id)
+            if existing is not None:
+                if existing.spec.to_dict() == spec.to_dict():
+                    return 200, existing.info()  # a retried submit: same job, not a new one
+                raise ApiError(
+                    409, f"id: a different job with id {spec.id} exists", "id", "conflict"
+                )
+            try:
+                request = spec.gpus if isinstance(spec.gpus, tuple) else spec.gpu_count
+                gpus = self._gpus.allocate(spec.id, request)
+            except GpuUnavailable as e:
+                raise ApiError(e.status, str(e), "gpus", "gpus_unavailable") from e
+            try:
+                self._data.job_dir(spec.id).mkdir(parents=True, exist_ok=True)
+                job = Job(
+                    spec=spec,
+                    runtime=runtime,
+                    logs=self._logs(spec.id),
+                    gpus=gpus,
+                    gpu_vendor=self.gpu_vendor,
+                    container_name=(
+                        f"dstack-{self._agent_id[:8]}-{spec.id}"
+                        if runtime == RUNTIME_DOCKER
+                        else None
+                    ),
+                )
+                self._jobs[spec.id] = job
+                self._persist(job)
+            except BaseException:
+                self._gpus.release(spec.id)
+                self._jobs.pop(spec.id, None)
+                raise
+        self._start_thread(job)
+        return 201, job.info()
+
+    def get(self, job_id: str) -> Job:
+        """The job, or a 404 ApiError."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise ApiError(404, f"no job with id {job_id!r}", None, "not_found")
+        return job
+
+    def list(
+        self, status: str | None = None, run_name: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Info of all jobs, oldest first, optionally filtered."""
+        if status is not None and status not in ALL_STATUSES:
+            raise ApiError(400, f"status: unknown status {status!r}", "status")
+        with self._lock:
+            jobs = sorted(self._jobs.values(), key=lambda j: j.submitted_at)
+            return [
+                j.info()
+                for j in jobs
+                if (status is None or j.status == status)
+                and (run_name is None or j.spec.run_name == run_name)
+            ]
+
+    def info(self, job_id: str) -> dict[str, Any]:
+        """Info of one job."""
+        job = self.get(job_id)
+        with self._lock:
+            return job.info()
+
+    def stop(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        abort: bool = False,
+        reason: str = TERMINATED_BY_USER,
+    ) -> dict[str, Any]:
+        """Stop a job gracefully (SIGTERM, SIGKILL after the timeout) or abort it at once."""
+        job = self.get(job_id)
+        if abort:
+            reason = ABORTED_BY_USER
+        with self._lock:
+            if job.finished or (job.stop and (not abort or job.stop.reason == ABORTED_BY_USER)):
+                return job.info()
+            timeout = job.spec.stop_timeout if timeout is None else timeout
+            job.stop = StopRequest(reason, timeout, time.time())
+            if not job.started:
+                # Nothing runs yet; the job thread sees the job ended and starts nothing.
+                self.finish(job, reason, self._stop_message(job, job.stop))
+                return job.info()
+            job.status = TERMINATING
+            self._persist(job)
+            info = job.info()
+        runtime = self.runtimes[job.runtime]
+        action = runtime.kill if abort else (lambda j: runtime.stop(j, timeout))
+        threading.Thread(target=action, args=(job,), name=f"stop-{job.id}", daemon=True).start()
+        return info
+
+    def delete(self, job_id: str, force: bool = False) -> None:
+        """Forget a finished job: its record, logs and container. `force` aborts it first."""
+        job = self.get(job_id)
+        if not job.finished:
+            if not force:
+                raise ApiError(
+                    409,
+                    f"job {job_id} is {job.status}; stop it first or delete with force=1",
+                    None,
+                    "job_active",
+                )
+            self.stop(job_id, abort=True)
+            with self._lock:
+                if not self._changed.wait_for(lambda: job.finished, FORCE_DELETE_WAIT):
+                    raise ApiError(
+                        409,
+                        f"job {job_id} did not end within {FORCE_DELETE_WAIT:g}s",
+                        None,
+                        "job_active",
+                    )
+        with self._lock:
+            self._jobs.pop(job_id, None)
+        self.runtimes[job.runtime].cleanup(job)
+        shutil.rmtree(self._data.job_dir(job_id), ignore_errors=True)
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs in each status."""
+        counts = {s: 0 for s in ALL_STATUSES}
+        with self._lock:
+            for job in self._jobs.values():
+                counts[job.status] = counts.get(job.status, 0) + 1
+        return counts
+
+    def shutdown(self) -> None:
+        """The agent is stopping: containers keep running; processes cannot, so they end."""
+        with self._lock:
+            self._shutting_down = True
+            active = [j for j in self._jobs.values() if not j.finished]
+        for job in active:
+            if job.runtime == RUNTIME_PROCESS:
+                self.runtimes[RUNTIME_PROCESS].shutdown(job)
+                self.finish(job, EXECUTOR_ERROR, "agent stopped while the process was running")

@@ -1,0 +1,293 @@
+"""Jobs with an image: one container each, via the docker SDK (imported lazily).
+
+Containers carry labels with the agent, job and run ids, so a restarted agent finds them again
+and resumes their logs from the cursor it stored (see docker_logs).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from dstack_plan.agent.dockerlib import DockerEngine
+from dstack_plan.agent.job import Job
+from dstack_plan.agent.protocol import (
+    CREATING_CONTAINER_ERROR,
+    EXECUTOR_ERROR,
+    LABEL_AGENT_ID,
+    LABEL_JOB_ID,
+    LABEL_RUN_ID,
+    LABEL_RUN_NAME,
+    PULLING,
+    RUNTIME_DOCKER,
+)
+from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError
+from dstack_plan.agent.runtimes.docker_logs import FrameFilter
+
+log = logging.getLogger(__name__)
+
+_NEVER_STARTED = "0001-01-01T00:00:00Z"
+_AMD_DEVICES = ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+
+
+def _explain(e: Exception) -> str:
+    """The engine's own message for an APIError, else the exception text."""
+    explanation = getattr(e, "explanation", None)
+    if explanation:
+        return str(explanation.decode() if isinstance(explanation, bytes) else explanation)
+    return str(e)
+
+
+class DockerRuntime(Runtime):
+    name = RUNTIME_DOCKER
+
+    def __init__(self, engine: DockerEngine, agent_id: str, log_max_bytes: int):
+        self._engine = engine
+        self._agent_id = agent_id
+        # The engine keeps its own copy of the output until we remove the container; cap it
+        # too, and force json-file so the logs API works whatever the host's default driver.
+        size = max(log_max_bytes, 8 * 1024 * 1024)
+        self._log_config = {
+            "type": "json-file",
+            "config": {"max-size": str(size), "max-file": "2"},
+        }
+
+    def _api(self) -> Any:
+        client = self._engine.client()
+        if client is None:
+            raise StartError(EXECUTOR_ERROR, self._engine.error or "no docker engine")
+        return client.api
+
+    # -- starting --------------------------------------------------------------------------
+
+    def run(self, job: Job, ctl: JobControl) -> int:
+        api = self._api()
+        self._ensure_image(api, job, ctl)
+        if job.finished:
+            return 0
+        try:
+            created = api.create_container(**self._container_config(api, job))
+        except Exception as e:
+            raise StartError(
+                CREATING_CONTAINER_ERROR, f"cannot create the container: {_explain(e)}"
+            ) from e
+        container_id = created["Id"]
+        if ctl.set_handles(job, container_id=container_id) is not None:
+            return 0  # stopped before it started: cleanup() removes the container
+        try:
+            api.start(container_id)
+        except Exception as e:
+            raise StartError(
+                CREATING_CONTAINER_ERROR, f"cannot start the container: {_explain(e)}"
+            ) from e
+        stop = ctl.mark_started(job, ports=self._ports(api, job, container_id))
+        if stop is not None:
+            threading.Thread(target=self.stop, args=(job, stop.timeout), daemon=True).start()
+        return self._follow(api, job, ctl, FrameFilter())
+
+    def _ensure_image(self, api: Any, job: Job, ctl: JobControl) -> None:
+        import docker.errors  # noqa: PLC0415
+
+        image = job.spec.image
+        try:
+            api.inspect_image(image)
+            return
+        except docker.errors.ImageNotFound:
+            pass
+        except Exception as e:
+            raise StartError(
+                CREATING_CONTAINER_ERROR, f"cannot inspect image {image}: {_explain(e)}"
+            ) from e
+        ctl.set_status(job, PULLING)
+        try:
+            # Errors can arrive as a failed request or inside the progress stream.
+            for event in api.pull(image, stream=True, decode=True):
+                if isinstance(event, dict) and event.get("error"):
+                    raise StartError(
+                        CREATING_CONTAINER_ERROR, f"cannot pull image {image}: {event['error']}"
+                    )
+            api.inspect_image(image)
+        except StartError:
+            raise
+        except Exception as e:
+            raise StartError(
+                CREATING_CONTAINER_ERROR, f"cannot pull image {image}: {_explain(e)}"
+            ) from e
+
+    def _container_config(self, api: Any, job: Job) -> dict[str, Any]:
+        import docker.types  # noqa: PLC0415
+
+        spec = job.spec
+        if spec.entrypoint:
+            entrypoint: list[str] | None = list(spec.entrypoint)
+            command: list[str] | None = list(spec.commands)
+        elif spec.commands:
+            entrypoint, command = ["/bin/sh", "-c"], [" && ".join(spec.commands)]
+        else:
+            entrypoint, command = None, None  # the image's own ENTRYPOINT/CMD
+        labels = dict(spec.labels)
+        labels.update(
+            {LABEL_AGENT_ID: self._agent_id, LABEL_JOB_ID: spec.id, LABEL_RUN_NAME: spec.run_name}
+        )
+        if spec.run_id:
+            labels[LABEL_RUN_ID] = spec.run_id
+        host: dict[str, Any] = {
+            "network_mode": spec.network_mode,
+            "init": True,  # a shell as pid 1 would ignore SIGTERM and every stop would time out
+            "privileged": spec.privileged,
+            "log_config": self._log_config,
+        }
+        if spec.shm_size:
+            host["shm_size"] = spec.shm_size
+        if spec.memory:
+            host["mem_limit"] = spec.memory
+        if spec.cpus:
+            host["nano_cpus"] = int(spec.cpus * 1e9)
+        if spec.volumes:
+            host["mounts"] = [
+                docker.types.Mount(
+                    v.container_path, v.host_path, type="bind", read_only=v.read_only
+                )
+                for v in spec.volumes
+            ]
+        env = dict(spec.env)
+        if job.gpus and job.gpu_vendor == "amd":
+            host["devices"] = list(_AMD_DEVICES)
+            env["ROCR_VISIBLE_DEVICES"] = ",".join(str(i) for i in job.gpus)
+        elif job.gpus:
+            host["device_requests"] = [
+                docker.types.DeviceRequest(
+                    driver="nvidia", device_ids=[str(i) for i in job.gpus], capabilities=[["gpu"]]
+                )
+            ]
+        ports = None
+        if spec.network_mode == "bridge" and spec.ports:
+            ports = [p.container_port for p in spec.ports]
+            host["port_bindings"] = {p.container_port: p.host_port for p in spec.ports}
+        return {
+            "image": spec.image,
+            "entrypoint": entrypoint,
+            "command": command,
+            "environment": [f"{k}={v}" for k, v in env.items()],
+            "labels": labels,
+            "working_dir": spec.working_dir,
+            "user": spec.user,
+            "name": job.container_name,
+            "ports": ports,
+            "detach": True,
+            "host_config": api.create_host_config(**host),
+        }
+
+    def _ports(self, api: Any, job: Job, container_id: str) -> list[dict[str, Any]]:
+        if job.spec.network_mode != "bridge":
+            return [
+                {"container_port": p.container_port, "host_port": p.container_port}
+                for p in job.spec.ports
+            ]
+        bound = api.inspect_container(container_id)["NetworkSettings"].get("Ports") or {}
+        out = []
+        for p in job.spec.ports:
+            bindings = bound.get(f"{p.container_port}/tcp") or []
+            host_port = int(bindings[0]["HostPort"]) if bindings else None
+            out.append({"container_port": p.container_port, "host_port": host_port})
+        return out
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _follow(self, api: Any, job: Job, ctl: JobControl, frames: FrameFilter) -> int:
+        """Capture output until the container exits; return its exit code."""
+        import docker.errors  # noqa: PLC0415
+
+        container_id = job.container_id
+        try:
+            while True:
+                try:
+                    self._copy_logs(api, job, ctl, frames, follow=True)
+                except docker.errors.NotFound:
+                    raise
+                except Exception as e:  # the engine restarted or the stream broke: re-read
+                    log.warning("job %s: log stream broke: %s", job.id, _explain(e))
+                state = api.inspect_container(container_id)["State"]
+                if not state.get("Running") and not state.get("Restarting"):
+                    break
+                time.sleep(0.2)
+            # A follow stream may end before the last lines are delivered; fetch what is left.
+            self._copy_logs(api, job, ctl, frames, follow=False)
+            return int(api.wait(container_id)["StatusCode"])
+        except docker.errors.NotFound as e:
+            raise StartError(EXECUTOR_ERROR, "the job's container was removed while it ran") from e
+
+    def _copy_logs(
+        self, api: Any, job: Job, ctl: JobControl, frames: FrameFilter, follow: bool
+    ) -> None:
+        kwargs: dict[str, Any] = {"stream": True, "follow": follow, "timestamps": True}
+        frames.rewind()
+        since = frames.since()
+        if since is not None:
+            kwargs["since"] = since
+        for frame in api.logs(job.container_id, **kwargs):
+            payload, cursor = frames.accept(frame)
+            if payload is not None:
+                ctl.append_log(job, payload, cursor)
+
+    def adopt(self, job: Job, ctl: JobControl) -> int:
+        import docker.errors  # noqa: PLC0415
+
+        api = self._api()
+        found = api.containers(
+            all=True,
+            filters={"label": [f"{LABEL_AGENT_ID}={self._agent_id}", f"{LABEL_JOB_ID}={job.id}"]},
+        )
+        if not found:
+            if job.container_id is None:
+                raise StartError(
+                    EXECUTOR_ERROR, "agent restarted before the container was created"
+                )
+            raise StartError(
+                EXECUTOR_ERROR, "the job's container disappeared while the agent was not running"
+            )
+        container_id = found[0]["Id"]
+        try:
+            state = api.inspect_container(container_id)["State"]
+        except docker.errors.NotFound as e:
+            raise StartError(EXECUTOR_ERROR, "the job's container disappeared") from e
+        if state.get("StartedAt", _NEVER_STARTED) == _NEVER_STARTED:
+            api.remove_container(container_id, force=True)
+            raise StartError(EXECUTOR_ERROR, "agent restarted before the container started")
+        stop = ctl.mark_started(job, container_id=container_id)
+        if stop is not None:
+            remaining = stop.requested_at + stop.timeout - time.time()
+            threading.Thread(
+                target=self.stop, args=(job, max(remaining, 0.0)), daemon=True
+            ).start()
+        return self._follow(api, job, ctl, FrameFilter(job.logs.cursor))
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def stop(self, job: Job, timeout: float) -> None:
+        if not job.container_id:
+            return
+        try:
+            # The engine sends SIGTERM, then SIGKILL after the timeout (whole seconds).
+            self._api().stop(job.container_id, timeout=max(0, int(timeout + 0.999)))
+        except Exception as e:
+            log.warning("job %s: stop failed: %s", job.id, _explain(e))
+
+    def kill(self, job: Job) -> None:
+        if not job.container_id:
+            return
+        try:
+            self._api().kill(job.container_id)
+        except Exception as e:
+            log.warning("job %s: kill failed: %s", job.id, _explain(e))
+
+    def cleanup(self, job: Job) -> None:
+        if not job.container_id:
+            return
+        try:
+            self._api().remove_container(job.container_id, force=True)
+        except Exception as e:
+            if "No such container" not in str(e):
+                log.warning("job %s: removing the container failed: %s", job.id, _explain(e))

@@ -1,0 +1,176 @@
+"""Jobs without an image: `sh -c` in their own session, output captured through a pipe.
+
+Such a job cannot outlive the agent (its output pipe and exit status belong to the agent), so
+after a restart it is failed rather than re-adopted, and its leftover processes are killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from dstack_plan.agent.job import Job
+from dstack_plan.agent.protocol import EXECUTOR_ERROR, RUNTIME_PROCESS
+from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError
+
+log = logging.getLogger(__name__)
+
+_READ_SIZE = 64 * 1024
+_VISIBLE_DEVICES = {
+    "nvidia": ("CUDA_VISIBLE_DEVICES",),
+    "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
+}
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; with the pid, it names one process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Field 22 (starttime); the command name (field 2) may hold spaces, so count after ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def kill_group(pgid: int | None, sig: int) -> None:
+    """Signal a process group, ignoring one that is already gone."""
+    if not pgid:
+        return
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def job_argv(job: Job) -> list[str]:
+    """The entrypoint followed by the commands as arguments, else the commands via `sh -c`."""
+    spec = job.spec
+    if spec.entrypoint:
+        return [*spec.entrypoint, *spec.commands]
+    return ["/bin/sh", "-c", " && ".join(spec.commands)]
+
+
+def gpu_env(vendor: str | None, indices: list[int]) -> dict[str, str]:
+    """Visible-device variables restricting the job to its GPUs (empty on a GPU-less host)."""
+    if vendor is None:
+        return {}
+    value = ",".join(str(i) for i in indices)
+    return {name: value for name in _VISIBLE_DEVICES.get(vendor, ())}
+
+
+class ProcessRuntime(Runtime):
+    name = RUNTIME_PROCESS
+
+    def __init__(self, jobs_dir: Path):
+        self._jobs_dir = jobs_dir
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+
+    def _working_dir(self, job: Job) -> Path:
+        base = self._jobs_dir / job.id / "work"
+        wanted = job.spec.working_dir
+        if wanted and wanted.startswith("/"):
+            return Path(wanted)
+        path = base / wanted if wanted else base
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def run(self, job: Job, ctl: JobControl) -> int:
+        if job.finished:
+            return 0  # stopped before it started
+        env = dict(os.environ)
+        env.update(job.spec.env)
+        env.update(gpu_env(job.gpu_vendor, job.gpus))
+        kwargs: dict[str, Any] = {}
+        if job.spec.user:
+            user, _, group = job.spec.user.partition(":")
+            kwargs["user"] = int(user) if user.isdigit() else user
+            if group:
+                kwargs["group"] = int(group) if group.isdigit() else group
+        try:
+            cwd = self._working_dir(job)
+            proc = subprocess.Popen(
+                job_argv(job),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,
+            )
+        except (OSError, ValueError, KeyError) as e:
+            raise StartError(EXECUTOR_ERROR, f"cannot start the process: {e}") from e
+        with self._lock:
+            self._procs[job.id] = proc
+        try:
+            reader = threading.Thread(
+                target=self._read, args=(job, ctl, proc), name=f"log-{job.id}", daemon=True
+            )
+            reader.start()
+            stop = ctl.mark_started(job, pid=proc.pid, pid_start=process_start_ticks(proc.pid))
+            if stop is not None:
+                threading.Thread(target=self.stop, args=(job, stop.timeout), daemon=True).start()
+            code = proc.wait()
+            # The job is its main process: whatever it left in its group goes with it (and
+            # lets go of the output pipe, so the reader sees EOF).
+            kill_group(proc.pid, signal.SIGKILL)
+            reader.join(timeout=5)
+            return code if code >= 0 else 128 - code
+        finally:
+            with self._lock:
+                self._procs.pop(job.id, None)
+
+    def _read(self, job: Job, ctl: JobControl, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        try:
+            while True:
+                data = os.read(fd, _READ_SIZE)
+                if not data:
+                    break
+                ctl.append_log(job, data)
+        except OSError as e:
+            log.warning("job %s: reading output failed: %s", job.id, e)
+        finally:
+            proc.stdout.close()
+
+    def stop(self, job: Job, timeout: float) -> None:
+        kill_group(job.pid, signal.SIGTERM)
+        with self._lock:
+            proc = self._procs.get(job.id)
+        if proc is None:
+            return
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(job.pid, signal.SIGKILL)
+
+    def kill(self, job: Job) -> None:
+        kill_group(job.pid, signal.SIGKILL)
+
+    def shutdown(self, job: Job) -> None:
+        self.kill(job)
+
+    def kill_orphan(self, job: Job) -> None:
+        """After a restart: kill what is left of the job's process group.
+
+        Linux does not reuse a pid while a process group of that id has members, so if the pid
+        now names a process with another start time, our group is gone and nothing is killed.
+        """
+        if not job.pid:
+            return
+        ticks = process_start_ticks(job.pid)
+        if ticks is None or ticks == job.pid_start:
+            kill_group(job.pid, signal.SIGKILL)

@@ -1,0 +1,335 @@
+"""The HTTP JSON API on the standard library's ThreadingHTTPServer, bound to 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from dstack_plan.agent.app import AgentApp
+from dstack_plan.agent.jobs import ApiError
+from dstack_plan.agent.protocol import (
+    AGENT_VERSION,
+    DEFAULT_LOG_CHUNK_BYTES,
+    HEADER_LOG_FIRST_OFFSET,
+    HEADER_LOG_OFFSET,
+    MAX_LOG_CHUNK_BYTES,
+    MAX_REQUEST_BYTES,
+)
+from dstack_plan.agent.spec import SpecError
+
+log = logging.getLogger(__name__)
+
+LISTEN_HOST = "127.0.0.1"
+_DRAIN_LIMIT = 64 * 1024 * 1024
+_FOLLOW_READ = 256 * 1024
+
+Route = tuple[str, "re.Pattern[str]", str]
+_ROUTES: list[Route] = [
+    ("GET", re.compile(r"/health"), "health"),
+    ("GET", re.compile(r"/host"), "host"),
+    ("GET", re.compile(r"/metrics"), "metrics"),
+    ("POST", re.compile(r"/jobs"), "submit"),
+    ("GET", re.compile(r"/jobs"), "list_jobs"),
+    ("GET", re.compile(r"/jobs/(?P<job_id>[^/]+)"), "get_job"),
+    ("DELETE", re.compile(r"/jobs/(?P<job_id>[^/]+)"), "delete_job"),
+    ("GET", re.compile(r"/jobs/(?P<job_id>[^/]+)/logs"), "logs"),
+    ("POST", re.compile(r"/jobs/(?P<job_id>[^/]+)/stop"), "stop_job"),
+]
+
+
+class AgentServer(ThreadingHTTPServer):
+    """One thread per connection; handler threads never keep the process alive."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(self, port: int, app: AgentApp, token: str):
+        self.app = app
+        self.token = token
+        super().__init__((LISTEN_HOST, port), Handler)
+
+
+def _query_int(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
+    values = query.get(name)
+    if not values:
+        return default
+    try:
+        value = int(values[-1])
+    except ValueError:
+        raise ApiError(400, f"{name}: must be an integer, got {values[-1]!r}", name) from None
+    if not low <= value <= high:
+        raise ApiError(400, f"{name}: must be between {low} and {high}, got {value}", name)
+    return value
+
+
+def _query_flag(query: dict[str, list[str]], name: str) -> bool:
+    value = (query.get(name) or ["0"])[-1].lower()
+    if value not in ("0", "1", "true", "false", ""):
+        raise ApiError(400, f"{name}: must be 0/1 or true/false, got {value!r}", name)
+    return value in ("1", "true", "")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = f"dstack-plan-agent/{AGENT_VERSION}"
+    timeout = 60  # idle keep-alive connections go away instead of holding a thread
+    server: AgentServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _dispatch(self, method: str) -> None:
+        self._body: bytes | None = None
+        try:
+            # Read the body first, whatever the answer: keep-alive needs the stream in sync.
+            self._read_body()
+            url = urlsplit(self.path)
+            query = parse_qs(url.query, keep_blank_values=True)
+            self._check_token()
+            name, params = self._route(method, url.path)
+            getattr(self, "api_" + name)(query, **params)
+        except SpecError as e:
+            problems = [{"field": f, "message": m} for f, m in e.problems]
+            self._send_json(
+                400,
+                {
+                    "error": {
+                        "code": "invalid_spec",
+                        "message": str(e),
+                        "field": problems[0]["field"],
+                        "problems": problems,
+                    }
+                },
+            )
+        except ApiError as e:
+            extra = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
+            self._send_json(
+                e.status, {"error": {"code": e.code, "message": str(e), "field": e.field}}, extra
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as e:
+            log.exception("%s %s failed", method, self.path)
+            self._send_json(
+                500,
+                {
+                    "error": {
+                        "code": "internal",
+                        "message": f"agent error: {type(e).__name__}: {e}",
+                        "field": None,
+                    }
+                },
+            )
+
+    def _route(self, method: str, path: str) -> tuple[str, dict[str, str]]:
+        allowed = []
+        for route_method, pattern, name in _ROUTES:
+            match = pattern.fullmatch(path)
+            if match:
+                if route_method == method:
+                    return name, {k: unquote(v) for k, v in match.groupdict().items()}
+                allowed.append(route_method)
+        if allowed:
+            raise ApiError(
+                405,
+                f"{method} is not allowed on {path} (use {', '.join(allowed)})",
+                None,
+                "method_not_allowed",
+            )
+        raise ApiError(404, f"no such endpoint: {path}", None, "not_found")
+
+    def _read_body(self) -> None:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            self.close_connection = True
+            raise ApiError(411, "send the body with a Content-Length", None, "length_required")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            self.close_connection = True
+            raise ApiError(400, "Content-Length is not a number") from None
+        if length > MAX_REQUEST_BYTES:
+            if length <= _DRAIN_LIMIT:
+                self._drain(length)
+            else:
+                self.close_connection = True
+            raise ApiError(
+                413,
+                f"request body is {length} bytes; the limit is {MAX_REQUEST_BYTES}",
+                None,
+                "too_large",
+            )
+        self._body = self.rfile.read(length) if length else b""
+
+    def _drain(self, length: int) -> None:
+        while length > 0:
+            chunk = self.rfile.read(min(length, 1024 * 1024))
+            if not chunk:
+                break
+            length -= len(chunk)
+
+    def _check_token(self) -> None:
+        header = self.headers.get("Authorization")
+        if not header:
+            raise ApiError(
+                401, "missing bearer token (Authorization: Bearer <token>)", None, "unauthorized"
+            )
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), self.server.token.encode()
+        ):
+            raise ApiError(401, "invalid bearer token", None, "unauthorized")
+
+    def _json_body(self) -> Any:
+        if not self._body:
+            return {}
+        try:
+            return json.loads(self._body)
+        except ValueError as e:
+            raise ApiError(400, f"malformed JSON: {e}", "body", "malformed_json") from None
+
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(data).encode(), "application/json", headers)
+
+    @property
+    def app(self) -> AgentApp:
+        return self.server.app
+
+    # -- endpoints -------------------------------------------------------------------------
+
+    def api_health(self, query: dict[str, list[str]]) -> None:
+        self._send_json(200, self.app.health())
+
+    def api_host(self, query: dict[str, list[str]]) -> None:
+        self._send_json(200, self.app.host())
+
+    def api_metrics(self, query: dict[str, list[str]]) -> None:
+        self._send(200, self.app.metrics().encode(), self.app.metrics_content_type)
+
+    def api_submit(self, query: dict[str, list[str]]) -> None:
+        status, info = self.app.jobs.submit(self._json_body())
+        self._send_json(status, info)
+
+    def api_list_jobs(self, query: dict[str, list[str]]) -> None:
+        status = (query.get("status") or [None])[-1]
+        run_name = (query.get("run_name") or [None])[-1]
+        self._send_json(200, {"jobs": self.app.jobs.list(status, run_name)})
+
+    def api_get_job(self, query: dict[str, list[str]], job_id: str) -> None:
+        self._send_json(200, self.app.jobs.info(job_id))
+
+    def api_delete_job(self, query: dict[str, list[str]], job_id: str) -> None:
+        self.app.jobs.delete(job_id, force=_query_flag(query, "force"))
+        self._send_json(200, {"deleted": job_id})
+
+    def api_stop_job(self, query: dict[str, list[str]], job_id: str) -> None:
+        body = self._json_body()
+        if not isinstance(body, dict) or set(body) - {"timeout", "abort"}:
+            raise ApiError(400, "body: expected {timeout, abort}", "body")
+        timeout = body.get("timeout")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 <= timeout <= 3600
+        ):
+            raise ApiError(
+                400, f"timeout: must be a number of seconds 0..3600, got {timeout!r}", "timeout"
+            )
+        abort = body.get("abort", False)
+        if not isinstance(abort, bool):
+            raise ApiError(400, "abort: must be true or false", "abort")
+        self._send_json(202, self.app.jobs.stop(job_id, timeout, abort))
+
+    def api_logs(self, query: dict[str, list[str]], job_id: str) -> None:
+        job = self.app.jobs.get(job_id)
+        offset = _query_int(query, "offset", 0, 0, 2**62)
+        if _query_flag(query, "follow"):
+            idle = _query_int(query, "idle_timeout", 30, 1, 300)
+            self._follow_logs(job, offset, idle)
+            return
+        limit = _query_int(query, "limit", DEFAULT_LOG_CHUNK_BYTES, 1, MAX_LOG_CHUNK_BYTES)
+        wait = _query_int(query, "wait", 0, 0, 60)
+        if wait:
+            job.logs.wait(offset, wait)
+        finished = job.finished  # sampled before reading, so `complete` cannot skip a tail
+        start, data = job.logs.read(offset, limit)
+        next_offset = start + len(data)
+        self._send_json(
+            200,
+            {
+                "job_id": job_id,
+                "offset": start,
+                "next_offset": next_offset,
+                "first_offset": job.logs.first_offset,
+                "size": job.logs.end,
+                "truncated": offset < start,
+                "complete": finished and next_offset >= job.logs.end,
+                "data": base64.b64encode(data).decode(),
+            },
+        )
+
+    def _follow_logs(self, job: Any, offset: int, idle_timeout: int) -> None:
+        """Chunked stream from `offset` until the job ends and its log is fully sent."""
+        logs = job.logs
+        start = max(offset, logs.first_offset)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header(HEADER_LOG_OFFSET, str(start))
+        self.send_header(HEADER_LOG_FIRST_OFFSET, str(logs.first_offset))
+        self.end_headers()
+        position = start
+        idle_until = time.monotonic() + idle_timeout
+        write: Callable[[bytes], Any] = self.wfile.write
+        while True:
+            finished = job.finished
+            actual, data = logs.read(position, _FOLLOW_READ)
+            if actual > position:
+                break  # rotation overtook this reader: end, so it reconnects and sees the gap
+            if data:
+                write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                position += len(data)
+                idle_until = time.monotonic() + idle_timeout
+                continue
+            if finished and position >= logs.end:
+                break
+            remaining = idle_until - time.monotonic()
+            if remaining <= 0:
+                break  # the client reconnects from its offset; no silent half-dead streams
+            logs.wait(position, min(remaining, 1.0))
+        write(b"0\r\n\r\n")
+        self.wfile.flush()

@@ -1,0 +1,75 @@
+"""What the apply engine asks of each resource kind: make a planned change real.
+
+One handler per kind (runs, fleets, volumes, gateways). Handlers do the side effects through
+providers and agents; the engine decides order, parallelism and state commits.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dstack_plan.clock import Clock, SystemClock
+from dstack_plan.plan.model import ResourceChange
+from dstack_plan.state.model import ResourceState
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a create or update produced, to be recorded in state."""
+
+    status: str
+    """e.g. `running`, `submitted`, `active`, `idle`."""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    """Provider facts: job ids, hosts, instance ids, price_per_hour (JSON data, no secrets)."""
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """What refresh found out about a resource in state."""
+
+    status: str
+    attributes: dict[str, Any]
+    gone: str | None = None
+    """Why it no longer exists (drift), e.g. `jobs gone from the agent`; None if it exists."""
+
+
+@dataclass
+class ApplyContext:
+    """Everything handlers may need besides the change itself."""
+
+    project_dir: str = "."
+    clock: Clock = field(default_factory=SystemClock)
+    run_args: str = ""
+    """Trailing CLI arguments, for `${{ run.args }}`."""
+    progress: Callable[[str, str], None] = lambda address, message: None
+    """Report progress of a long operation (address, message) to the user."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ResourceHandler(ABC):
+    """Side effects for one kind. Every method must be safe to retry after a crash."""
+
+    @abstractmethod
+    async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
+        """Create what `change.after` describes; `change.placement` says where, if planned."""
+
+    @abstractmethod
+    async def update(
+        self, change: ResourceChange, current: ResourceState, ctx: ApplyContext
+    ) -> Outcome:
+        """Update in place; only `change.changed_paths` differ from `current.spec`."""
+
+    async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
+        """Ask the provider or agents what exists now; the default trusts the state."""
+        return Refreshed(status=current.status, attributes=dict(current.attributes))
+
+    @abstractmethod
+    async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
+        """Delete what `current` records. Idempotent: a resource already gone is success.
+
+        Also called for a *tainted* entry, whose create may have been cut short: it must clean
+        up whatever the create could have started, even if `current.attributes` is incomplete.
+        """

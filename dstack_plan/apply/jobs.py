@@ -1,0 +1,177 @@
+"""Turning a run's spec into the jobs its agents execute: one per node or replica."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import SecretStr
+
+from dstack_plan.agent.api_models import JobSpec, PortMapping, VolumeMount
+from dstack_plan.config import interpolation
+from dstack_plan.config.run_fields import InstanceVolumeMount
+from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
+from dstack_plan.config.secrets import SecretStore
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.scheduler.matching import gpus_wanted
+
+GB = 2**30
+
+
+@dataclass(frozen=True)
+class JobSlot:
+    """Which job of a run: replica (services) and node (multi-node tasks)."""
+
+    replica: int
+    node: int
+
+
+def job_id(run_name: str, slot: JobSlot, generation: int, deployment: str) -> str:
+    """`<run>-<replica>-<node>-<generation>-<deployment>`; the deployment key keeps two
+    projects with a run of the same name apart on a shared machine."""
+    return f"{run_name}-{slot.replica}-{slot.node}-{generation}-{deployment}"
+
+
+def deployment_key(state_location: str) -> str:
+    """A short stable id of the state a run belongs to."""
+    return hashlib.sha1(state_location.encode()).hexdigest()[:6]
+
+
+def slots(spec: RunSpec, replicas: int | None = None) -> list[JobSlot]:
+    """The jobs a run has: nodes of a task, replicas of a service, one for a dev environment."""
+    if isinstance(spec, TaskSpec):
+        return [JobSlot(0, n) for n in range(spec.node_count())]
+    if isinstance(spec, ServiceSpec):
+        count = replicas if replicas is not None else initial_replicas(spec)
+        return [JobSlot(r, 0) for r in range(count)]
+    return [JobSlot(0, 0)]
+
+
+def initial_replicas(spec: ServiceSpec) -> int:
+    groups = spec.replica_groups()
+    if groups:
+        return sum(
+            ((g.replicas or g.count).min or 0) if (g.replicas or g.count) else 1 for g in groups
+        )
+    low = spec.replicas.min or 0
+    return max(low, 1) if spec.replicas.max else low
+
+
+@dataclass(frozen=True)
+class JobContext:
+    run_name: str
+    run_id: str
+    generation: int
+    deployment: str
+    nodes_num: int
+    master_ip: str
+    node_ips: tuple[str, ...]
+
+
+def build_job(
+    spec: RunSpec,
+    slot: JobSlot,
+    ctx: JobContext,
+    secrets: SecretStore,
+    run_args: str = "",
+    environ: Mapping[str, str] | None = None,
+) -> JobSpec:
+    """The agent's job spec for one slot; secret values travel as SecretStr, never logged."""
+    environ = os.environ if environ is None else environ
+    values = {"run": {"args": run_args, "name": ctx.run_name}, "env": dict(environ)}
+    env: dict[str, str | SecretStr] = {}
+    for key, value in spec.env.items():
+        if value is None:
+            if key not in environ:
+                raise DstackPlanError(
+                    f"{ctx.run_name}: env {key} has no value; export {key}=... before applying"
+                )
+            env[key] = environ[key]
+            continue
+        env[key] = _resolve(value, values, secrets, ctx.run_name)
+    gpus = gpus_wanted(spec.resources.gpu)
+    env.update(_dstack_env(ctx, slot, gpus))
+    commands = [_plain(c, values, ctx.run_name) for c in _commands(spec, slot)]
+    return JobSpec(
+        id=job_id(ctx.run_name, slot, ctx.generation, ctx.deployment),
+        run_name=ctx.run_name,
+        run_id=ctx.run_id,
+        image=spec.image,
+        commands=commands,
+        entrypoint=[spec.entrypoint] if getattr(spec, "entrypoint", None) else None,
+        env=env,
+        working_dir=spec.working_dir,
+        user=spec.user,
+        ports=[PortMapping(container_port=p.container_port) for p in _ports(spec)],
+        gpus=gpus,
+        shm_size=int(spec.resources.shm_size * GB) if spec.resources.shm_size else None,
+        volumes=[
+            VolumeMount(host_path=v.instance_path, container_path=v.path)
+            for v in spec.volumes
+            if isinstance(v, InstanceVolumeMount)
+        ],
+        network_mode="host",
+        labels={"deployment": ctx.deployment},
+        privileged=spec.privileged or spec.docker,
+        stop_timeout=float(spec.stop_duration) if spec.stop_duration != "off" else 0.0,
+        max_duration=float(spec.max_duration) if spec.max_duration != "off" else None,
+    )
+
+
+def _commands(spec: RunSpec, slot: JobSlot) -> list[str]:
+    if isinstance(spec, TaskSpec) and spec.groups:
+        node = slot.node
+        for group in spec.groups:
+            if node < group.nodes:
+                return list(group.commands)
+            node -= group.nodes
+    if isinstance(spec, DevEnvironmentSpec):
+        return [*spec.init, "echo 'dev environment is ready'", "tail -f /dev/null"]
+    return list(getattr(spec, "commands", ()))
+
+
+def _ports(spec: RunSpec) -> list:
+    if isinstance(spec, ServiceSpec):
+        return [spec.port]
+    return list(getattr(spec, "ports", ()))
+
+
+def _dstack_env(ctx: JobContext, slot: JobSlot, gpus: int) -> dict[str, str | SecretStr]:
+    return {
+        "DSTACK_RUN_NAME": ctx.run_name,
+        "DSTACK_RUN_ID": ctx.run_id,
+        "DSTACK_JOB_ID": job_id(ctx.run_name, slot, ctx.generation, ctx.deployment),
+        "DSTACK_NODE_RANK": str(slot.node),
+        "DSTACK_NODES_NUM": str(ctx.nodes_num),
+        "DSTACK_MASTER_NODE_IP": ctx.master_ip,
+        "DSTACK_NODES_IPS": "\n".join(ctx.node_ips),
+        "DSTACK_GPUS_PER_NODE": str(gpus),
+        "DSTACK_GPUS_NUM": str(gpus * ctx.nodes_num),
+        "DSTACK_REPLICA_NUM": str(slot.replica),
+    }
+
+
+def _resolve(
+    text: str, values: dict[str, dict[str, str]], secrets: SecretStore, run: str
+) -> str | SecretStr:
+    refs = interpolation.parse_references(text)
+    secret_names = {r.name for r in refs if r.namespace == "secrets"}
+    if not secret_names:
+        return _plain(text, values, run)
+    resolved = {name: secrets.get(name).reveal() for name in secret_names}
+    return SecretStr(_substitute(text, {**values, "secrets": resolved}, run))
+
+
+def _plain(text: str, values: dict[str, dict[str, str]], run: str) -> str:
+    if any(r.namespace == "secrets" for r in interpolation.parse_references(text)):
+        raise DstackPlanError(f"{run}: secrets may only be used in env, not in {text!r}")
+    return _substitute(text, values, run)
+
+
+def _substitute(text: str, values: dict[str, dict[str, str]], run: str) -> str:
+    try:
+        return interpolation.resolve(text, values)
+    except KeyError as e:
+        raise DstackPlanError(f"{run}: {e.args[0]} is not set (needed by {text!r})") from None

@@ -1,0 +1,200 @@
+"""`dstack apply` and `dstack destroy`: plan, confirm, make it so."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+
+from dstack_plan.cli import common
+
+ApproveOpt = typer.Option(False, "-y", "--auto-approve", "--yes", help="Skip the confirmation.")
+InputOpt = typer.Option(True, "--input/--no-input", help="Ask for confirmation when needed.")
+ParallelismOpt = typer.Option(10, "--parallelism", min=1, help="Resources changed at once.")
+
+
+def apply(
+    target_path: Path = typer.Argument(
+        Path("."), help="Project directory, or a plan saved with `dstack plan -out`."
+    ),
+    files: list[str] = common.FilesOpt,
+    state: str = common.StateOpt,
+    target: list[str] = common.TargetOpt,
+    replace: list[str] = common.ReplaceOpt,
+    allow_destroy: list[str] = common.AllowDestroyOpt,
+    auto_approve: bool = ApproveOpt,
+    interactive: bool = InputOpt,
+    parallelism: int = ParallelismOpt,
+    lock_timeout: float = common.LockTimeoutOpt,
+    attach: bool = typer.Option(
+        False, "--attach", help="Stream the logs of started runs until they finish."
+    ),
+    run_args: list[str] = typer.Argument(None, hidden=True),
+) -> None:
+    """Create, update or replace what the configuration declares."""
+    from dstack_plan.plan.planner import PlanOptions
+
+    saved = target_path.is_file()
+    directory = Path(".") if saved else target_path
+    project = common.make_project(directory, files, state, run_args=" ".join(run_args or []))
+    options = PlanOptions(
+        targets=tuple(target), replace=tuple(replace), allow_destroy_protected=tuple(allow_destroy)
+    )
+    ok = common.run_with(
+        project,
+        lambda p: _apply_flow(
+            p,
+            options,
+            saved_plan=str(target_path) if saved else None,
+            approve=auto_approve or saved,
+            interactive=interactive,
+            parallelism=parallelism,
+            lock_timeout=lock_timeout,
+            attach=attach,
+        ),
+    )
+    if not ok:
+        raise typer.Exit(1)
+
+
+def destroy(
+    directory: Path = common.DirArg,
+    files: list[str] = common.FilesOpt,
+    state: str = common.StateOpt,
+    target: list[str] = common.TargetOpt,
+    allow_destroy: list[str] = common.AllowDestroyOpt,
+    auto_approve: bool = ApproveOpt,
+    interactive: bool = InputOpt,
+    parallelism: int = ParallelismOpt,
+    lock_timeout: float = common.LockTimeoutOpt,
+) -> None:
+    """Destroy everything in state (works after the configuration is gone)."""
+    from dstack_plan.plan.planner import PlanOptions
+
+    project = common.make_project(directory, files, state)
+    options = PlanOptions(
+        destroy=True, targets=tuple(target), allow_destroy_protected=tuple(allow_destroy)
+    )
+    ok = common.run_with(
+        project,
+        lambda p: _apply_flow(
+            p,
+            options,
+            saved_plan=None,
+            approve=auto_approve,
+            interactive=interactive,
+            parallelism=parallelism,
+            lock_timeout=lock_timeout,
+            attach=False,
+        ),
+    )
+    if not ok:
+        raise typer.Exit(1)
+
+
+async def _apply_flow(
+    project,  # noqa: ANN001 - Project, imported lazily
+    options,  # noqa: ANN001
+    *,
+    saved_plan: str | None,
+    approve: bool,
+    interactive: bool,
+    parallelism: int,
+    lock_timeout: float,
+    attach: bool,
+) -> bool:
+    from dstack_plan.apply.interrupt import Interrupt
+    from dstack_plan.cli.output import print_lines
+    from dstack_plan.cli.plan_view import render_plan
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.plan.planfile import load_plan
+
+    destroy = options.destroy
+    if not approve and not interactive:
+        raise DstackPlanError(
+            f"{'destroy' if destroy else 'apply'} needs confirmation: pass -y/--auto-approve "
+            "(or apply a saved plan) when --no-input is set"
+        )
+    async with project.locked("destroy" if destroy else "apply", lock_timeout):
+        if saved_plan is not None:
+            plan = load_plan(saved_plan)
+        else:
+            plan, _ = await project.plan(options)
+        print_lines(render_plan(plan))
+        if not plan.has_changes:
+            return True
+        if not approve and not await _confirm(destroy):
+            print_lines([f"{'Destroy' if destroy else 'Apply'} cancelled."])
+            return False
+        interrupt = Interrupt()
+        with interrupt.signal_handlers():
+            report = await project.apply(
+                plan,
+                saved_plan=saved_plan,
+                parallelism=parallelism,
+                interrupt=interrupt,
+                on_event=_print_event,
+            )
+    print_lines([""] + _report_lines(report))
+    if attach and report.ok:
+        from dstack_plan.cli.attach import attach_runs
+
+        started = [c.address for c in plan.changes if c.kind != "fleet" and c.after is not None]
+        return await attach_runs(project, started) and report.ok
+    return report.ok
+
+
+async def _confirm(destroy: bool) -> bool:
+    from dstack_plan.cli.output import print_lines
+
+    if destroy:
+        print_lines(
+            [
+                "",
+                "[bold]Do you really want to destroy all resources?[/]",
+                "  dstack-plan will destroy all the resources shown above.",
+                "  There is no undo. Only 'yes' will be accepted to confirm.",
+                "",
+            ]
+        )
+    else:
+        print_lines(
+            [
+                "",
+                "[bold]Do you want to perform these actions?[/]",
+                "  dstack-plan will perform the actions described above.",
+                "  Only 'yes' will be accepted to approve.",
+                "",
+            ]
+        )
+    try:
+        answer = await asyncio.to_thread(input, "  Enter a value: ")
+    except EOFError:
+        return False
+    return answer.strip() == "yes"
+
+
+def _print_event(address: str, phase: str, message: str) -> None:
+    from dstack_plan.cli.output import print_lines
+
+    color = {"failed": "red", "skipped": "yellow", "interrupt": "yellow", "abort": "red"}
+    text = f"{address}: {message}" if address else message
+    style = color.get(phase)
+    print_lines([f"[{style}]{text}[/]" if style else text])
+
+
+def _report_lines(report) -> list[str]:  # noqa: ANN001 - ApplyReport, imported lazily
+    lines = []
+    for result in report.failed:
+        lines.append(f"[red]Error:[/] {result.address}: {result.message}")
+    for result in report.skipped:
+        lines.append(f"[yellow]Skipped:[/] {result.address}: {result.message}")
+    for result in report.not_started:
+        lines.append(f"[yellow]Not started:[/] {result.address}: {result.message}")
+    warning = report.abort_warning()
+    if warning:
+        lines.append(f"[red]Warning:[/] {warning}")
+    color = "green" if report.ok else "red"
+    lines.append(f"[bold {color}]{report.summary()}[/]")
+    return lines

@@ -1,0 +1,50 @@
+"""`dstack plan`: show what apply would change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dstack_plan.cli import common
+
+
+def plan(
+    directory: Path = common.DirArg,
+    files: list[str] = common.FilesOpt,
+    state: str = common.StateOpt,
+    target: list[str] = common.TargetOpt,
+    replace: list[str] = common.ReplaceOpt,
+    allow_destroy: list[str] = common.AllowDestroyOpt,
+    destroy: bool = typer.Option(False, "--destroy", help="Plan to destroy everything."),
+    out: str = typer.Option(None, "-out", "--out", help="Save the plan to FILE for apply."),
+    as_json: bool = common.JsonOpt,
+    detailed_exitcode: bool = typer.Option(
+        False, "--detailed-exitcode", help="Exit 0: no changes, 1: error, 2: changes present."
+    ),
+) -> None:
+    """Show the changes apply would make, where runs go and what they cost."""
+    from dstack_plan.cli.output import print_json, print_lines
+    from dstack_plan.cli.plan_view import render_plan
+    from dstack_plan.plan.json_plan import plan_to_json
+    from dstack_plan.plan.planfile import save_plan
+    from dstack_plan.plan.planner import PlanOptions
+
+    project = common.make_project(directory, files, state)
+    options = PlanOptions(
+        destroy=destroy,
+        targets=tuple(target),
+        replace=tuple(replace),
+        allow_destroy_protected=tuple(allow_destroy),
+    )
+    result, _ = common.run_with(project, lambda p: p.plan(options))
+    if out:
+        save_plan(result, out)
+    if as_json:
+        print_json(plan_to_json(result))
+    else:
+        print_lines(render_plan(result))
+        if out:
+            print_lines(["", f"Saved the plan to: {out}", f"To apply it, run: dstack apply {out}"])
+    if detailed_exitcode and result.has_changes:
+        raise typer.Exit(2)

@@ -1,0 +1,250 @@
+"""The agent's HTTP surface: bad input, auth, idempotency, and the detaching daemon commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dstack_plan.agent.api_models import JobSpec
+from dstack_plan.agent.client import AgentClient
+from dstack_plan.errors import AgentError
+from tests.conftest import REPO_ROOT
+from tests.infra.agent_process import AgentProcess
+
+
+def raw(agent: AgentProcess, token: str | None = "good") -> httpx.AsyncClient:
+    headers = {}
+    if token == "good":
+        headers["Authorization"] = f"Bearer {agent.token}"
+    elif token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.AsyncClient(base_url=agent.url, headers=headers, trust_env=False, timeout=5)
+
+
+async def test_bad_requests_get_clear_errors_and_the_agent_keeps_serving(
+    agent: AgentProcess,
+) -> None:
+    client = agent.client()
+    async with raw(agent) as http:
+        r = await http.post("/jobs", content=b'{"id": "x", "run_name": ')
+        assert r.status_code == 400
+        assert r.json()["error"]["code"] == "malformed_json"
+        assert "malformed JSON" in r.json()["error"]["message"]
+
+        r = await http.post("/jobs", json=["not", "an", "object"])
+        assert r.status_code == 400 and "must be a JSON object" in r.json()["error"]["message"]
+
+        r = await http.post("/jobs", json={"run_name": "r", "commands": ["true"], "colour": 1})
+        assert r.status_code == 400 and r.json()["error"]["field"] == "colour"
+
+        r = await http.post("/jobs", content=b"x" * (5 * 1024 * 1024))
+        assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+
+        r = await http.get("/nope")
+        assert r.status_code == 404
+        r = await http.put("/jobs")
+        assert r.status_code == 405
+
+    async with raw(agent, token=None) as http:
+        r = await http.get("/health")
+        assert r.status_code == 401 and "missing bearer token" in r.json()["error"]["message"]
+        assert r.headers["WWW-Authenticate"] == "Bearer"
+    async with raw(agent, token="wrong") as http:
+        r = await http.get("/jobs")
+        assert r.status_code == 401 and "invalid bearer token" in r.json()["error"]["message"]
+    wrong = agent.client()
+    wrong._http.headers["Authorization"] = "Bearer nope"
+    with pytest.raises(AgentError) as e:
+        await wrong.health()
+    assert e.value.status == 401
+
+    for call in (client.get_job("ghost"), client.logs("ghost"), client.stop("ghost")):
+        with pytest.raises(AgentError) as e:
+            await call
+        assert e.value.status == 404 and "ghost" in str(e.value)
+
+    with pytest.raises(AgentError) as e:
+        await client.submit(JobSpec(run_name="r", commands=["nvidia-smi"], gpus=4))
+    assert e.value.status == 422
+    assert "asked for 4 GPUs but this host has 0" in str(e.value)
+
+    with pytest.raises(AgentError) as e:
+        await client.submit(JobSpec(run_name="r", image="busybox; rm -rf /", commands=["true"]))
+    assert e.value.status in (400, 422)
+    assert "image" in str(e.value)
+    async with raw(agent) as http:
+        r = await http.post(
+            "/jobs", json={"run_name": "r", "image": "busybox$(reboot)", "commands": ["true"]}
+        )
+        assert r.status_code == 400
+        error = r.json()["error"]
+        assert error["field"] == "image" and "'$'" in error["message"]
+
+    with pytest.raises(AgentError) as e:
+        await client.submit(
+            JobSpec(run_name="r", commands=["true"], env={"BIG": "v" * 200_000, "OK": "1"})
+        )
+    assert e.value.status == 400
+    assert "env.BIG: is 200000 bytes; the limit is 65536" in str(e.value)
+
+    with pytest.raises(AgentError) as e:
+        await client.submit(
+            JobSpec(
+                run_name="r", commands=[], volumes=[{"host_path": "/a", "container_path": "b"}]
+            )
+        )
+    message = str(e.value)
+    assert "commands:" in message and "volumes" in message  # every problem, in one answer
+
+    assert (await client.health()).status == "ok"
+    assert await client.list_jobs() == []
+
+
+async def test_submit_is_idempotent_per_id(agent: AgentProcess) -> None:
+    client = agent.client()
+    job = JobSpec(id="same", run_name="r", commands=["sleep 30"])
+    first = await client.submit(job)
+    again = await client.submit(job)
+    assert again.id == first.id and again.submitted_at == first.submitted_at
+    with pytest.raises(AgentError) as e:
+        await client.submit(JobSpec(id="same", run_name="r", commands=["echo other"]))
+    assert e.value.status == 409
+    assert len(await client.list_jobs()) == 1
+
+    with pytest.raises(AgentError) as e:
+        await client.delete("same")
+    assert e.value.status == 409 and "stop it first" in str(e.value)
+    await client.delete("same", force=True)
+    with pytest.raises(AgentError) as e:
+        await client.get_job("same")
+    assert e.value.status == 404
+    assert not (agent.data_dir / "jobs" / "same").exists()
+
+
+async def test_client_gives_up_after_bounded_retries() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = AgentClient(f"http://127.0.0.1:{port}", "t", retries=2, retry_delay=0.01)
+    started = time.monotonic()
+    with pytest.raises(AgentError) as e:
+        await client.health()
+    await client.aclose()
+    assert "after 3 attempt(s)" in str(e.value) and e.value.host == f"127.0.0.1:{port}"
+    assert time.monotonic() - started < 2
+
+
+async def test_client_over_a_custom_transport(agent: AgentProcess) -> None:
+    # What an SSH tunnel provides: any httpx transport, here a plain one with its own pool.
+    transport = httpx.AsyncHTTPTransport(retries=0)
+    client = agent.client(transport=transport, host="gpu-host-1")
+    assert (await client.health()).version
+    with pytest.raises(AgentError) as e:
+        await client.get_job("ghost")
+    assert e.value.host == "gpu-host-1"
+
+
+def agent_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "dstack_plan.agent", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=check,
+    )
+
+
+async def test_start_status_stop_detach_once(tmp_path: Path) -> None:
+    data_dir = tmp_path / "agent"
+    try:
+        first = json.loads(agent_cli("start", "--data-dir", str(data_dir)).stdout)
+        assert first["already_running"] is False and first["host"] == "127.0.0.1"
+        token_file = Path(first["token_file"])
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+
+        second = json.loads(agent_cli("start", "--data-dir", str(data_dir)).stdout)
+        assert second["already_running"] is True and second["pid"] == first["pid"]
+
+        status = agent_cli("status", "--data-dir", str(data_dir))
+        assert json.loads(status.stdout)["running"] is True
+
+        async with AgentClient.from_data_dir(data_dir) as client:
+            assert (await client.health()).agent_id == first["agent_id"]
+        _assert_loopback_only(first["port"])
+
+        serve = agent_cli("serve", "--data-dir", str(data_dir), check=False)
+        assert serve.returncode == 1 and "already serves" in serve.stderr
+
+        assert agent_cli("stop", "--data-dir", str(data_dir)).stdout.strip() == "stopped"
+        status = agent_cli("status", "--data-dir", str(data_dir), check=False)
+        assert status.returncode == 3 and json.loads(status.stdout)["running"] is False
+        assert "no agent runs" in agent_cli("stop", "--data-dir", str(data_dir)).stdout
+        assert not _alive(first["pid"])
+    finally:
+        agent_cli("stop", "--data-dir", str(data_dir), check=False)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, left for an init that may never reap it, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _assert_loopback_only(port: int) -> None:
+    """Nothing answers on that port at the machine's other addresses."""
+    addresses = _other_ipv4_addresses()
+    for address in addresses:
+        with socket.socket() as s, pytest.raises(OSError):
+            s.settimeout(1)
+            s.connect((address, port))
+
+
+def _other_ipv4_addresses() -> list[str]:
+    from dstack_plan.agent.hostfacts import addresses
+
+    return [
+        a["address"]
+        for a in addresses()
+        if a["family"] == "ipv4" and not a["address"].startswith("127.")
+    ]
+
+
+async def test_start_reports_a_port_already_taken(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = agent_cli(
+            "start", "--data-dir", str(tmp_path / "a"), "--port", str(port), check=False
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+async def test_metrics_and_host_facts(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(JobSpec(id="m1", run_name="r", commands=["true"]))
+    await client.wait("m1", timeout=10)
+    metrics = await client.metrics()
+    assert 'dstack_agent_jobs{status="done"} 1' in metrics
+    assert "# TYPE dstack_agent_cpu_seconds_total counter" in metrics
+    assert "dstack_agent_memory_available_bytes " in metrics
+    facts = await client.host_facts()
+    assert facts.cpus >= 1 and facts.memory.total_bytes > 0 and facts.disk.free_bytes > 0
+    assert any(a.address == "127.0.0.1" for a in facts.addresses)
+    assert facts.gpus == []

@@ -1,0 +1,282 @@
+"""The process runtime end to end, against a real agent process."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from dstack_plan.agent.api_models import JobSpec
+from dstack_plan.errors import AgentError
+from tests.infra.agent_helpers import wait_for_log
+from tests.infra.agent_process import AgentProcess
+
+FINISHED = ("done", "failed", "terminated", "aborted")
+
+
+def spec(job_id: str, *commands: str, **kwargs: Any) -> JobSpec:
+    return JobSpec(id=job_id, run_name="test-run", commands=list(commands), **kwargs)
+
+
+async def test_job_runs_to_done_with_logs(agent: AgentProcess) -> None:
+    client = agent.client()
+    info = await client.submit(spec("hello", "echo one", "echo two >&2", "echo three"))
+    assert info.runtime == "process"
+    assert info.status.value in ("submitted", "running", "done")
+    done = await client.wait("hello", timeout=10)
+    assert (done.status.value, done.termination_reason.value, done.exit_code) == (
+        "done",
+        "done_by_runner",
+        0,
+    )
+    assert done.started_at is not None and done.finished_at >= done.started_at
+    chunk = await client.logs("hello")
+    assert chunk.data == b"one\ntwo\nthree\n"
+    assert (chunk.offset, chunk.next_offset, chunk.complete) == (0, 14, True)
+    assert [j.id for j in await client.list_jobs(status="done")] == ["hello"]
+
+
+async def test_nonzero_exit_is_failed_with_code(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("bad", "echo before", "exit 7", "echo never"))
+    info = await client.wait("bad", timeout=10)
+    assert info.status.value == "failed"
+    assert info.termination_reason.value == "container_exited_with_error"
+    assert info.exit_code == 7
+    assert "7" in info.termination_message
+    assert (await client.read_all_logs("bad")) == b"before\n"
+
+
+async def test_logs_while_running_and_across_reconnects(agent: AgentProcess) -> None:
+    lines = 40
+    expected = b"".join(b"line-%d\n" % i for i in range(1, lines + 1))
+    await agent.client().submit(
+        spec("slow", f"for i in $(seq 1 {lines}); do echo line-$i; sleep 0.02; done")
+    )
+    # Small reads, each from a brand-new client (a reconnect), while the job runs.
+    received = b""
+    offset = 0
+    saw_running = False
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        reader = agent.client()
+        chunk = await reader.logs("slow", offset=offset, limit=7)
+        assert chunk.offset == offset and chunk.next_offset == offset + len(chunk.data)
+        received += chunk.data
+        offset = chunk.next_offset
+        if not chunk.complete:
+            saw_running = saw_running or (await reader.get_job("slow")).status.value == "running"
+        else:
+            break
+        await reader.aclose()
+        if not chunk.data:
+            await asyncio.sleep(0.01)
+    assert saw_running
+    assert received == expected
+
+    # Following, breaking off after a few chunks and resuming elsewhere: exact same bytes.
+    follower = agent.client()
+    first_part = b""
+    async for chunk in follower.follow_logs("slow", offset=0):
+        first_part += chunk.data
+        if len(first_part) > 30:
+            break
+    rest = b""
+    async for chunk in agent.client().follow_logs("slow", offset=len(first_part)):
+        rest += chunk.data
+    assert first_part + rest == expected
+
+
+async def test_follow_streams_live_output(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("live", "echo start", "sleep 0.5", "echo end"))
+    stamps = []
+    async for chunk in client.follow_logs("live"):
+        stamps.append((time.monotonic(), chunk.data))
+    data = b"".join(d for _, d in stamps)
+    assert data == b"start\nend\n"
+    # "start" arrived well before the job ended: it was streamed, not read at the end.
+    assert stamps[-1][0] - stamps[0][0] > 0.3
+
+
+async def test_stop_kills_a_job_ignoring_sigterm_after_the_timeout(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("stubborn", "trap '' TERM", "echo ready", "sleep 60"))
+    await wait_for_log(client, "stubborn", b"ready")
+    started = time.monotonic()
+    info = await client.stop("stubborn", timeout=0.5)
+    assert info.status.value in ("terminating", "terminated")
+    info = await client.wait("stubborn", timeout=10)
+    elapsed = time.monotonic() - started
+    assert (info.status.value, info.termination_reason.value) == (
+        "terminated",
+        "terminated_by_user",
+    )
+    assert info.exit_code == 137
+    assert 0.45 < elapsed < 5
+
+
+async def test_stop_is_graceful_for_a_cooperative_job(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("polite", "echo ready", "sleep 60"))
+    await wait_for_log(client, "polite", b"ready")
+    started = time.monotonic()
+    await client.stop("polite", timeout=20)
+    info = await client.wait("polite", timeout=10)
+    assert time.monotonic() - started < 3  # SIGTERM was enough; no 20 s wait
+    assert info.termination_reason.value == "terminated_by_user"
+    assert info.exit_code == 128 + 15
+
+
+async def test_abort_kills_at_once(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("doomed", "trap '' TERM", "echo ready", "sleep 60"))
+    await wait_for_log(client, "doomed", b"ready")
+    await client.stop("doomed", timeout=30, abort=True)
+    info = await client.wait("doomed", timeout=5)
+    assert (info.status.value, info.termination_reason.value) == ("aborted", "aborted_by_user")
+
+
+async def test_max_duration_terminates_the_job(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("long", "echo go", "sleep 60", max_duration=0.5, stop_timeout=1))
+    info = await client.wait("long", timeout=10)
+    assert (info.status.value, info.termination_reason.value) == (
+        "terminated",
+        "max_duration_exceeded",
+    )
+    assert 0.4 < info.finished_at - info.started_at < 5
+
+
+async def test_secret_env_reaches_the_job_but_never_the_disk(agent: AgentProcess) -> None:
+    secret = "s3cr3t-" + secrets.token_hex(16)
+    client = agent.client()
+    job = spec(
+        "secretive",
+        'printf %s "$API_KEY" | md5sum',
+        'echo "len=${#API_KEY} plain=$PLAIN"',
+        env={"API_KEY": SecretStr(secret), "PLAIN": "visible"},
+    )
+    assert secret not in repr(job)
+    await client.submit(job)
+    info = await client.wait("secretive", timeout=10)
+    assert info.status.value == "done"
+    logs = await client.read_all_logs("secretive")
+    assert hashlib.md5(secret.encode()).hexdigest().encode() in logs
+    assert f"len={len(secret)} plain=visible".encode() in logs
+    assert info.spec["env"] == {"API_KEY": "(redacted)", "PLAIN": "visible"}
+    assert info.spec["secret_env"] == ["API_KEY"]
+    assert_nowhere(secret, agent)
+
+
+def assert_nowhere(secret: str, agent: AgentProcess) -> None:
+    """The secret is in no file under the data dir, nor in the agent's own log."""
+    needle = secret.encode()
+    for path in [*agent.data_dir.rglob("*"), agent.log_path]:
+        if path.is_file():
+            assert needle not in path.read_bytes(), f"secret found in {path}"
+
+
+async def test_restart_fails_a_process_job_that_died_with_the_agent(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("orphan", "echo started", "sleep 60"))
+    await wait_for_log(client, "orphan", b"started")
+    running = await client.get_job("orphan")
+    agent.restart()
+    client = agent.client()
+    info = await client.get_job("orphan")
+    assert (info.status.value, info.termination_reason.value) == ("failed", "executor_error")
+    assert info.termination_message == "agent restarted while the process was running"
+    assert await client.read_all_logs("orphan") == b"started\n"
+    # The job's processes did not outlive it.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _group_alive(running.pid):
+        await asyncio.sleep(0.05)
+    assert not _group_alive(running.pid)
+
+
+def _group_alive(pgid: int | None) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+async def test_gpus_are_allocated_exclusively_and_freed(
+    agent_factory: Any, fake_gpu_bin: Path
+) -> None:
+    agent = agent_factory(extra_path=fake_gpu_bin)
+    client = agent.client()
+    facts = await client.host_facts()
+    assert [(g.index, g.name, g.memory_mib, g.uuid) for g in facts.gpus] == [
+        (0, "NVIDIA Fake A100", 81920, "GPU-fake-0"),
+        (1, "NVIDIA Fake A100", 81920, "GPU-fake-1"),
+    ]
+    for name in ("g1", "g2"):
+        await client.submit(spec(name, 'echo "gpus=$CUDA_VISIBLE_DEVICES"', "sleep 60", gpus=1))
+    seen = set()
+    for name in ("g1", "g2"):
+        logs = await wait_for_log(client, name, b"gpus=")
+        seen.add(logs.decode().strip())
+    assert seen == {"gpus=0", "gpus=1"}
+
+    with pytest.raises(AgentError) as refused:
+        await client.submit(spec("g3", "echo never", gpus=1))
+    assert refused.value.status == 409
+    assert "asked for 1 GPU" in str(refused.value) and "free indices: none" in str(refused.value)
+    metrics = await client.metrics()
+    assert 'dstack_agent_gpu_utilization_percent{gpu="0"} 37' in metrics
+    assert 'dstack_agent_gpu_allocated{gpu="1",job="g2"} 1' in metrics or (
+        'dstack_agent_gpu_allocated{gpu="1",job="g1"} 1' in metrics
+    )
+
+    holder = (await client.get_job("g1")).gpus
+    await client.stop("g1", timeout=1)
+    await client.wait("g1", timeout=10)
+    await client.submit(spec("g3", 'echo "gpus=$CUDA_VISIBLE_DEVICES"', gpus=1))
+    await client.wait("g3", timeout=10)
+    assert await client.read_all_logs("g3") == f"gpus={holder[0]}\n".encode()
+    # A job that asks for no GPU on a GPU host sees none.
+    await client.submit(spec("g0", 'echo "gpus=[$CUDA_VISIBLE_DEVICES]"'))
+    await client.wait("g0", timeout=10)
+    assert await client.read_all_logs("g0") == b"gpus=[]\n"
+
+
+async def test_rotation_caps_the_log_and_says_so(agent_factory: Any) -> None:
+    agent = agent_factory(log_max_bytes=4096)
+    client = agent.client()
+    # 300 lines of 100 bytes = 30000 bytes, far over the 4096-byte cap.
+    line = "x" * 95
+    await client.submit(spec("chatty", f'for i in $(seq 1000 1299); do echo "$i {line}"; done'))
+    info = await client.wait("chatty", timeout=10)
+    assert info.status.value == "done"
+    assert info.logs_truncated and info.log_first_offset > 0
+    assert info.log_size >= 30000  # offsets count everything ever written
+    assert info.log_size - info.log_first_offset <= 4096 + 1024
+    chunk = await client.logs("chatty", offset=0)
+    assert chunk.truncated and chunk.offset == info.log_first_offset
+    assert chunk.next_offset == info.log_size and chunk.complete
+    expected = "".join(f"{i} {line}\n" for i in range(1000, 1300)).encode()
+    pieces = re.split(
+        rb"\n?\[dstack-plan agent\] log limit of 4096 bytes reached[^\n]*\n", chunk.data
+    )
+    assert len(pieces) > 1  # at least one marker line
+    assert expected.endswith(pieces[-1]) and all(p in expected for p in pieces)
+    assert f"1299 {line}".encode() in chunk.data
+
+
+async def test_bad_working_dir_fails_with_executor_error(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("nowhere", "true", working_dir="/nonexistent/dir"))
+    info = await client.wait("nowhere", timeout=10)
+    assert (info.status.value, info.termination_reason.value) == ("failed", "executor_error")
+    assert "/nonexistent/dir" in info.termination_message

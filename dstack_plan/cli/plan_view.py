@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from dstack_plan.plan.model import Action, Plan, ResourceChange
-from dstack_plan.plan.normalize import flatten
+from dstack_plan.plan.normalize import flatten, spec_from_normalized
 
 _HEADERS = {
     Action.CREATE: "will be created",
@@ -71,8 +71,10 @@ def _noop_notes(plan: Plan) -> list[str]:
 
 def _render_change(change: ResourceChange) -> list[str]:
     color = _COLORS[change.action]
-    header = f"  # {change.address} {_HEADERS[change.action]}"
-    if change.action is Action.DELETE and change.reason:
+    header = f"  # {change.address} {_header(change)}"
+    if change.action_reason in _REASON_HEADERS:
+        pass
+    elif change.action is Action.DELETE and change.reason:
         header += f"\n  # (because {_esc(change.reason)})"
     elif change.reason and change.action is not Action.UPDATE:
         header += f" ({_esc(change.reason)})"
@@ -90,6 +92,16 @@ def _render_change(change: ResourceChange) -> list[str]:
     return lines
 
 
+_REASON_HEADERS = {
+    "replace_by_request": "will be replaced, as requested",
+    "replace_because_tainted": "is tainted, so must be replaced",
+}
+
+
+def _header(change: ResourceChange) -> str:
+    return _REASON_HEADERS.get(change.action_reason or "", _HEADERS[change.action])
+
+
 def _placement(change: ResourceChange) -> str:
     p = change.placement
     assert p is not None
@@ -103,12 +115,24 @@ def _placement(change: ResourceChange) -> str:
 
 
 def _attributes(sym: str, color: str, spec: dict[str, Any], change: ResourceChange) -> list[str]:
-    flat = {k: v for k, v in flatten(spec).items() if v not in ({}, [], None)}
+    flat = {k: v for k, v in flatten(_shown(change.kind, spec)).items() if v not in ({}, [], None)}
     width = max((len(k) for k in flat), default=0)
     return [
         f"      [{color}]{sym}[/] {key:<{width}} = {_value(key, value)}"
         for key, value in flat.items()
     ]
+
+
+def _shown(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """`type`, `name`, `resources` and whatever differs from the kind's defaults."""
+    try:
+        explicit = spec_from_normalized(kind, spec).model_dump(
+            mode="json", exclude_defaults=True, exclude_none=True
+        )
+    except ValueError:  # a spec from an older version: show it whole
+        return spec
+    head = {k: spec[k] for k in ("type", "name", "resources") if k in spec}
+    return head | {k: v for k, v in explicit.items() if k not in head}
 
 
 def _changed_attributes(change: ResourceChange) -> list[str]:
@@ -120,9 +144,8 @@ def _changed_attributes(change: ResourceChange) -> list[str]:
     for path in paths:
         old, new = before.get(path), after.get(path)
         mark = " [red]# forces replacement[/]" if path in change.replace_paths else ""
-        lines.append(
-            f"      [yellow]~[/] {path:<{width}} = {_value(path, old)} -> {_value(path, new)}{mark}"
-        )
+        values = f"{_value(path, old)} -> {_value(path, new)}"
+        lines.append(f"      [yellow]~[/] {path:<{width}} = {values}{mark}")
     hidden = len(set(before) | set(after)) - len(paths)
     if hidden > 0:
         lines.append(f"        # ({hidden} unchanged attributes hidden)")

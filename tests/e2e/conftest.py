@@ -1,0 +1,60 @@
+"""The CLI as a user runs it, with its own agent data dir per test (stopped afterwards)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+CLI = [sys.executable, "-m", "dstack_plan.cli.app"]
+Dstack = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def agent_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "agent"
+    yield path
+    subprocess.run(
+        [sys.executable, "-m", "dstack_plan.agent", "stop", "--data-dir", str(path)],
+        capture_output=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def cli_env(agent_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSTACK_")}
+    env.update(
+        NO_COLOR="1",
+        COLUMNS="200",
+        DSTACK_PLAN_AGENT_DIR=str(agent_dir),
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    return env
+
+
+@pytest.fixture
+def dstack(cli_env: dict[str, str], tmp_path: Path) -> Dstack:
+    """Run `dstack ARGS...` in the project dir (default tmp_path/project)."""
+
+    def run(
+        *args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*CLI, *args],
+            cwd=cwd or tmp_path / "project",
+            env=cli_env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    (tmp_path / "project").mkdir(exist_ok=True)
+    return run

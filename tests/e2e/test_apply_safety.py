@@ -1,0 +1,130 @@
+"""Crash safety (kill -9 mid-apply) and two applies at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from dstack_plan.agent.client import AgentClient
+from dstack_plan.plan.planner import PlanOptions
+from dstack_plan.project import Project
+from dstack_plan.state.codec import parse_state
+from tests.e2e.conftest import CLI, Dstack
+
+TASKS = """\
+type: task
+name: t{i}
+commands: ["echo run {gen} of t{i}", "sleep 0.{i}"]
+resources: {{cpu: 1.., memory: 0.1GB.., disk: 1GB..}}
+stop_duration: 2s
+"""
+
+
+def write_project(project: Path, generation: int) -> None:
+    text = "---\n".join(TASKS.format(i=i, gen=generation) for i in range(1, 5))
+    (project / "tasks.dstack.yml").write_text(text)
+
+
+async def agent_jobs(agent_dir: Path, deployment: str) -> set[tuple[str, str]]:
+    """(run name, job id) of every job on the agent that belongs to this project's state."""
+    async with AgentClient.from_data_dir(agent_dir) as client:
+        jobs = await client.list_jobs()
+    return {
+        (j.run_name, j.id)
+        for j in jobs
+        if (j.spec.get("labels") or {}).get("deployment") == deployment
+    }
+
+
+async def check_and_converge(project_dir: Path, agent_dir: Path) -> None:
+    state_file = project_dir / ".dstack" / "state.json"
+    if state_file.exists():
+        parse_state(state_file.read_text(), str(state_file))  # always parses
+    project = Project(project_dir, agent_dir=agent_dir)
+    try:
+        snapshot = project.backend.read()
+        recorded = {r.name for r in snapshot.state.resources.values()}
+        for run_name, job_id in await agent_jobs(agent_dir, project.deployment):
+            assert run_name in recorded, f"job {job_id} exists but state forgot run {run_name}"
+        plan, _ = await project.plan(PlanOptions())
+        async with project.locked("apply"):
+            report = await project.apply(plan)
+        assert report.ok, report.summary()
+        again, _ = await project.plan(PlanOptions())
+        assert not again.has_changes, [(c.address, c.action, c.reason) for c in again.changes]
+    finally:
+        await project.close()
+
+
+@pytest.mark.slow
+def test_kill_9_during_apply_never_loses_track(
+    tmp_path: Path, cli_env: dict[str, str], agent_dir: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    rng = random.Random(1234)
+    for trial in range(20):
+        write_project(project, trial)
+        proc = subprocess.Popen(
+            [*CLI, "apply", "-y", "--parallelism", "2"],
+            cwd=project,
+            env=cli_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.3, 1.6))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        asyncio.run(check_and_converge(project, agent_dir))
+
+
+def test_second_apply_sees_the_lock_holder_and_waits_with_timeout(
+    dstack: Dstack, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    project = tmp_path / "project"
+    write_project(project, 0)
+    first = subprocess.Popen(
+        [*CLI, "apply"],
+        cwd=project,
+        env=cli_env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lock_info = project / ".dstack" / ".state.json.lock.info"
+    deadline = time.monotonic() + 30
+    while not (lock_info.exists() and lock_info.read_text().strip()):
+        assert time.monotonic() < deadline and first.poll() is None, "first apply never locked"
+        time.sleep(0.05)
+
+    second = dstack("apply", "-y")
+    assert second.returncode == 1
+    assert "Lock Info" in second.stderr and "apply" in second.stderr, second.stderr
+    holder = json.loads(lock_info.read_text())
+    assert holder["id"] in second.stderr
+
+    waiting = subprocess.Popen(
+        [*CLI, "apply", "-y", "--lock-timeout", "60"],
+        cwd=project,
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    assert waiting.poll() is None, "the waiting apply should still be waiting for the lock"
+    out, err = first.communicate("yes\n", timeout=120)
+    assert first.returncode == 0, out + err
+    out2, err2 = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, out2 + err2
+    assert "No changes." in out2
+    state = json.loads((project / ".dstack" / "state.json").read_text())
+    assert sorted(state["resources"]) == [f"task.t{i}" for i in range(1, 5)]

@@ -15,8 +15,9 @@ from typing import Any
 from dstack_plan.apply.engine import apply_plan
 from dstack_plan.apply.events import EventCallback
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
-from dstack_plan.apply.jobs import deployment_key
 from dstack_plan.apply.interrupt import Interrupt
+from dstack_plan.apply.jobs import deployment_key
+from dstack_plan.apply.records import for_handler
 from dstack_plan.apply.report import ApplyReport
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
@@ -31,7 +32,7 @@ from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.config.volume import VolumeSpec
 from dstack_plan.graph.references import dependencies
-from dstack_plan.plan.model import Placement, Plan
+from dstack_plan.plan.model import DEPOSED_KEY, Action, Placement, Plan
 from dstack_plan.plan.normalize import normalized_spec
 from dstack_plan.plan.planfile import check_not_stale
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
@@ -145,11 +146,14 @@ class Project:
         for address, current in snapshot.state.resources.items():
             if current.tainted:
                 continue
-            found: Refreshed = await handlers[current.kind].refresh(current, ctx)
+            found: Refreshed = await handlers[current.kind].refresh(for_handler(current), ctx)
             if found.gone:
                 drift[address] = found.gone
+            attributes = dict(found.attributes)
+            if DEPOSED_KEY in current.attributes:
+                attributes[DEPOSED_KEY] = current.attributes[DEPOSED_KEY]
             updated = current.updated(
-                now=current.updated_at, status=found.status, attributes=found.attributes
+                now=current.updated_at, status=found.status, attributes=attributes
             )
             state = state.with_resource(updated)
         return Refresh(snapshot, state, drift)
@@ -228,6 +232,10 @@ class Project:
         """
         if saved_plan is not None:
             check_not_stale(plan, self.backend.read(), saved_plan)
+        # every secret a change needs must resolve before anything is touched
+        for change in plan.changes:
+            if change.after is not None and change.action is not Action.NOOP:
+                self.secrets.values(change.secrets)
         return await apply_plan(
             plan,
             self.backend,

@@ -53,8 +53,9 @@ async def apply_plan(
     snapshot = await asyncio.to_thread(backend.read)
     emit = safe_emitter(on_event)
     runner = ChangeRunner(backend, handlers, ctx, emit, snapshot.state)
-    walk = _Walk(plan, schedule(plan, snapshot.state), runner, ctx, parallelism, emit)
-    return await walk.run(interrupt or Interrupt())
+    order = schedule(plan, snapshot.state)
+    walk = _Walk(plan, order, runner, ctx, parallelism, emit, interrupt or Interrupt())
+    return await walk.run()
 
 
 class _Walk:
@@ -68,6 +69,7 @@ class _Walk:
         ctx: ApplyContext,
         parallelism: int,
         emit: EventCallback,
+        interrupt: Interrupt,
     ) -> None:
         self._plan = plan
         self._changes = {c.address: c for c in plan.changes}
@@ -81,7 +83,7 @@ class _Walk:
         self._root_cause: dict[str, str] = {}
         self._running: dict[asyncio.Task[None], tuple[str, Progress]] = {}
         self._abort = asyncio.Event()
-        self._interrupt = Interrupt()
+        self._interrupt = interrupt
 
         self._successors: dict[str, list[str]] = defaultdict(list)
         self._unfinished: dict[str, int] = {}
@@ -94,9 +96,8 @@ class _Walk:
         self._ready = [(self._rank[a], a) for a, n in self._unfinished.items() if n == 0]
         heapq.heapify(self._ready)
 
-    async def run(self, interrupt: Interrupt) -> ApplyReport:
-        self._interrupt = interrupt
-        unsubscribe = interrupt.subscribe(self._on_interrupt)
+    async def run(self) -> ApplyReport:
+        unsubscribe = self._interrupt.subscribe(self._on_interrupt)
         try:
             await self._loop()
         finally:

@@ -15,12 +15,10 @@ from typing import Any
 
 from dstack_plan.apply.handlers import Outcome
 from dstack_plan.errors import PlanError
-from dstack_plan.plan.model import ResourceChange
+from dstack_plan.plan.model import DEPOSED_KEY, ResourceChange
 from dstack_plan.state.commit import Mutation
 from dstack_plan.state.model import ResourceState, State
 
-DEPOSED_KEY = "_deposed"
-"""Attribute holding old objects still to destroy: a list of ResourceState JSON dumps."""
 CREATING = "creating"
 """Status of an intent entry: a create was started and has not been recorded as done."""
 

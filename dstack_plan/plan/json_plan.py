@@ -1,4 +1,4 @@
-"""The machine-readable plan, modelled on Terraform's `show -json` (documented in docs/plan-json.md)."""
+"""The machine-readable plan, modelled on Terraform's `show -json` (see docs/plan-json.md)."""
 
 from __future__ import annotations
 

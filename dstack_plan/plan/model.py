@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 PLAN_FORMAT_VERSION = "1.0"
 
+DEPOSED_KEY = "_deposed"
+"""State attribute under which apply keeps old objects that a create-before-destroy replace
+could not destroy yet; the next apply of that address destroys them."""
+
 
 class Action(str, Enum):
     CREATE = "create"

@@ -14,7 +14,7 @@ from dstack_plan.errors import PlanError
 from dstack_plan.graph import dag
 from dstack_plan.plan.diff import diff_specs
 from dstack_plan.plan.kinds import create_before_destroy, ignored_paths, prevents_destroy
-from dstack_plan.plan.model import Action, Cost, Placement, Plan, ResourceChange
+from dstack_plan.plan.model import DEPOSED_KEY, Action, Cost, Placement, Plan, ResourceChange
 from dstack_plan.state.model import ResourceState, State
 
 
@@ -164,6 +164,12 @@ def _classify(
             changed_paths=diff.changed, replace_paths=diff.forces_replacement,
             reason="forces replacement: " + ", ".join(diff.forces_replacement),
             action_reason="replace_because_cannot_update",
+        )  # fmt: skip
+    if DEPOSED_KEY in current.attributes:
+        return _change(
+            **common, action=Action.UPDATE, before=current.spec, after=diff.after,
+            changed_paths=diff.changed,
+            reason="an object left by a failed replacement (deposed) will be destroyed",
         )  # fmt: skip
     if diff.changed:
         return _change(

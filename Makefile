@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: quickstart test test-deps lint schemas bench clean
+.PHONY: quickstart quickstart-docker test test-deps lint schemas clean
 
 $(BIN)/dstack: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,7 +13,12 @@ $(BIN)/dstack: pyproject.toml
 	touch $(BIN)/dstack
 
 quickstart: $(BIN)/dstack
-	$(BIN)/dstack validate examples/
+	$(BIN)/dstack apply -y --attach --replace task.hello examples/quickstart
+
+quickstart-docker: $(BIN)/dstack test-deps
+	$(BIN)/python -c "from tests.infra.docker_images import ensure_busybox_image as b; \
+	    b(name='dstack-plan-examples/busybox:latest')"
+	$(BIN)/dstack apply -y --attach --replace task.hello-docker examples/quickstart-docker
 
 test-deps:
 	bash scripts/test-deps.sh

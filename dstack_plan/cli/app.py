@@ -10,7 +10,18 @@ import sys
 
 import typer
 
-from dstack_plan.cli import apply_cmd, plan_cmd, schema_cmd, validate_cmd
+from dstack_plan.cli import (
+    apply_cmd,
+    graph_cmd,
+    init_cmd,
+    logs_cmd,
+    plan_cmd,
+    ps_cmd,
+    schema_cmd,
+    state_cmd,
+    stop_cmd,
+    validate_cmd,
+)
 
 app = typer.Typer(
     name="dstack",
@@ -40,6 +51,12 @@ app.command("apply", context_settings={"allow_extra_args": True, "ignore_unknown
 )
 app.command("destroy")(apply_cmd.destroy)
 app.command("schema")(schema_cmd.schema)
+app.command("init")(init_cmd.init)
+app.command("ps")(ps_cmd.ps)
+app.command("logs")(logs_cmd.logs)
+app.command("stop")(stop_cmd.stop)
+app.command("graph")(graph_cmd.graph)
+app.add_typer(state_cmd.app, name="state")
 
 
 def main() -> None:

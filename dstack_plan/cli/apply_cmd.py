@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import typer
@@ -169,6 +168,8 @@ async def _confirm(destroy: bool) -> bool:
             ]
         )
     try:
+        import asyncio
+
         answer = await asyncio.to_thread(input, "  Enter a value: ")
     except EOFError:
         return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -40,11 +39,18 @@ def make_project(
 
 def run_with(project: Project, work: Callable[[Project], Awaitable[T]]) -> T:
     """Run `work(project)` on a fresh event loop and close the project's connections after."""
+    import asyncio
 
-    async def main() -> T:
+    results: list[T] = []
+
+    async def main() -> None:
         try:
-            return await work(project)
+            results.append(await work(project))
         finally:
             await project.close()
 
-    return asyncio.run(main())
+    # The result is handed over outside the task: on the way out, asyncio.run formats a repr
+    # of its main task (signal.getsignal in Runner.run), result included, which costs seconds
+    # for the plan and state of a large project.
+    asyncio.run(main())
+    return results[0]

@@ -34,6 +34,8 @@ def write_project(project: Path, generation: int) -> None:
 
 async def agent_jobs(agent_dir: Path, deployment: str) -> set[tuple[str, str]]:
     """(run name, job id) of every job on the agent that belongs to this project's state."""
+    if not (agent_dir / "agent.json").exists():
+        return set()  # killed before it ever started the agent
     async with AgentClient.from_data_dir(agent_dir) as client:
         jobs = await client.list_jobs()
     return {

@@ -1,0 +1,38 @@
+"""`dstack logs`: a run's job output, raw bytes on stdout."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from dstack_plan.cli import common
+
+
+def logs(
+    run: str = typer.Argument(..., help="Run name (hello) or address (task.hello)."),
+    directory: Path = common.DirArg,
+    state: str = common.StateOpt,
+    follow: bool = typer.Option(False, "-f", "--follow", help="Keep streaming until it ends."),
+    since: str = typer.Option(
+        None,
+        "--since",
+        help="10m or an RFC 3339 time. Logs carry no timestamps: a job that finished before "
+        "then is skipped, otherwise its whole log is printed.",
+    ),
+    replica: int = typer.Option(0, "--replica", min=0, help="Replica number (services)."),
+    job: int = typer.Option(0, "--job", min=0, help="Job (node) number within the replica."),
+) -> None:
+    """Print the log of one job of a run (replica 0, job 0 unless told otherwise)."""
+    from dstack_plan.inspect.logs import parse_since, write_logs
+
+    project = common.make_project(directory, [], state)
+    cutoff = parse_since(since, project.clock.now()) if since else None
+    sys.stdout.flush()
+    common.run_with(
+        project,
+        lambda p: write_logs(
+            p, run, sys.stdout.buffer, replica=replica, job=job, follow=follow, since=cutoff
+        ),
+    )

@@ -1,0 +1,33 @@
+"""The dependency graph of a project as DOT: from its configuration, or from state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dstack_plan.graph import dag
+from dstack_plan.state.model import State
+
+if TYPE_CHECKING:
+    from dstack_plan.project import Project
+
+
+def state_edges(state: State) -> dict[str, tuple[str, ...]]:
+    """address -> dependencies as recorded in state (those still in it)."""
+    present = set(state.resources)
+    return {
+        address: tuple(d for d in resource.depends_on if d in present)
+        for address, resource in state.resources.items()
+    }
+
+
+def project_dot(project: Project) -> str:
+    """DOT of the declared resources' dependencies; when nothing is declared (the
+    configuration is gone), of the edges recorded in state, which destroy follows."""
+    from dstack_plan.graph.references import dependencies
+
+    desired = project.load()
+    if len(desired):
+        edges = dependencies(desired, project.directory)
+    else:
+        edges = state_edges(project.backend.read().state)
+    return dag.to_dot(dag.build(edges))

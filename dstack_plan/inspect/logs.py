@@ -1,0 +1,101 @@
+"""Reading a run's job logs: choosing the job, `--since`, raw bytes to a binary stream.
+
+The agent stores each job's output as raw bytes without timestamps, so `--since T` cannot cut
+a log in the middle. What it means here: a job that finished before T is skipped (all of its
+output is older than T); otherwise its whole retained log is printed, which may include lines
+written before T. Nothing written after T is ever left out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from dstack_plan.errors import AgentError, DstackPlanError
+from dstack_plan.inspect.runs import agent_for, find_run, fleet_of, job_records
+from dstack_plan.state.model import ResourceState
+
+if TYPE_CHECKING:
+    from dstack_plan.agent.api_models import JobInfo
+    from dstack_plan.project import Project
+
+
+def parse_since(text: str, now: float) -> float:
+    """Epoch seconds for `--since`: a duration back from `now` (`10m`, `2h`, `90`) or an
+    RFC 3339 time (`2024-05-01T12:00:00Z`; without an offset it is UTC)."""
+    from dstack_plan.config.units import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise DstackPlanError(
+            f"--since {text!r}: expected a duration (10m, 2h) or an RFC 3339 time "
+            "(2024-05-01T12:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def select_job(run: ResourceState, replica: int = 0, job: int = 0) -> dict[str, Any]:
+    """The job record of `run` for replica `replica` and job (node) number `job`."""
+    records = job_records(run)
+    for record in records:
+        if int(record.get("replica", 0)) == replica and int(record.get("node", 0)) == job:
+            return record
+    have = ", ".join(f"replica={r.get('replica')} job={r.get('node')}" for r in records)
+    raise DstackPlanError(
+        f"{run.address} has no job replica={replica} job={job} (it has: {have or 'no jobs'})"
+    )
+
+
+def finished_before(info: JobInfo, since: float | None) -> bool:
+    """True when all of the job's output predates `since` (see the module docstring)."""
+    return since is not None and info.finished_at is not None and info.finished_at < since
+
+
+async def write_logs(
+    project: Project,
+    ref: str,
+    out: BinaryIO,
+    *,
+    replica: int = 0,
+    job: int = 0,
+    follow: bool = False,
+    since: float | None = None,
+) -> JobInfo | None:
+    """Copy one job's log of run `ref` to `out`; with `follow`, until the job ends.
+
+    Returns the job as the agent last reported it, or None when `since` skipped it.
+    """
+    run = find_run(project.backend.read().state, ref)
+    record = select_job(run, replica, job)
+    job_id = str(record["id"])
+    agent = await agent_for(project, fleet_of(run), run.address)
+    try:
+        info = await agent.get_job(job_id)
+    except AgentError as e:
+        if e.status == 404:
+            raise DstackPlanError(
+                f"{run.address}: job {job_id} is no longer on its agent; its logs are gone"
+            ) from None
+        raise
+    if finished_before(info, since):
+        return None
+    if follow:
+        async for chunk in agent.follow_logs(job_id):
+            out.write(chunk.data)
+            out.flush()
+        return await agent.get_job(job_id)
+    offset = 0
+    while True:
+        chunk = await agent.logs(job_id, offset)
+        out.write(chunk.data)
+        if chunk.next_offset <= offset or chunk.next_offset >= (chunk.size or 0):
+            out.flush()
+            return info
+        offset = chunk.next_offset

@@ -1,0 +1,242 @@
+"""Runs as they are now: state entries refreshed live from their agents, nothing written.
+
+`list_runs` backs `dstack ps`; `find_run` resolves what a user typed (`hello` or `task.hello`)
+for `logs` and `stop`. The JSON form of `RunView` (`model_dump(mode="json")`) is the stable
+output of `dstack ps --json`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from dstack_plan.config.kinds import RUN_KINDS
+from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
+from dstack_plan.state.model import ResourceState, State
+
+if TYPE_CHECKING:
+    from dstack_plan.agent.api_models import JobInfo
+    from dstack_plan.agent.client import AgentClient
+    from dstack_plan.apply.handlers import Refreshed
+    from dstack_plan.project import Project
+
+FINISHED = frozenset({"done", "failed", "terminated", "aborted"})
+RECENT_SECONDS = 3600.0
+"""Without `--all`, `ps` still shows runs that finished less than this long ago."""
+
+
+class JobView(BaseModel):
+    """One job of a run: a node of a task or a replica of a service."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    status: str
+    exit_code: int | None = None
+    replica: int
+    node: int
+    host: str
+    gpus: list[int] = []
+    """GPU indices the agent allocated on its host."""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class RunView(BaseModel):
+    """A run for display: status and jobs as the agents report them now."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str
+    kind: str
+    name: str
+    status: str
+    fleet: str
+    hosts: list[str]
+    gpus: str | None
+    """The GPUs each job asks for (`A100:80GB:2`); None when it asks for none."""
+    price_per_hour: float
+    created_at: datetime
+    finished_at: datetime | None = None
+    """When the last job ended, for a finished run."""
+    error: str | None = None
+    """Why the status could not be refreshed (agent unreachable, jobs gone): it is as of the
+    last apply."""
+    jobs: list[JobView] = []
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+def run_entries(state: State) -> list[ResourceState]:
+    """The runs (tasks, services, dev environments) in a state, by address."""
+    return [r for a, r in sorted(state.resources.items()) if r.kind in RUN_KINDS]
+
+
+def find_run(state: State, ref: str) -> ResourceState:
+    """The run `ref` names: an address (`task.hello`) or a bare name (`hello`).
+
+    Raises DstackPlanError listing the known runs when there is no such run or a bare name
+    matches runs of several kinds.
+    """
+    runs = run_entries(state)
+    if "." in ref:
+        matches = [r for r in runs if r.address == ref]
+    else:
+        matches = [r for r in runs if r.name == ref]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        options = ", ".join(r.address for r in matches)
+        raise DstackPlanError(f"{ref!r} is ambiguous: it names {options}; give the address")
+    known = ", ".join(r.address for r in runs) or "none"
+    raise DstackPlanError(f"no run {ref!r} in state (known runs: {known})")
+
+
+async def agent_for(project: Project, fleet: str, address: str) -> AgentClient:
+    """The agent client of the fleet a run is on (only the local fleet has one so far)."""
+    from dstack_plan.providers.local import LOCAL_FLEET
+
+    if fleet != LOCAL_FLEET:
+        raise ProviderError(
+            "fleet", f"fleet {fleet!r} has no provider in this version yet", address
+        )
+    return await project.local.agent()
+
+
+def job_records(run: ResourceState) -> list[dict[str, Any]]:
+    """The jobs recorded in a run's state attributes, in (replica, node) order."""
+    records = run.attributes.get("jobs", [])
+    jobs = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+    return sorted(jobs, key=lambda r: (int(r.get("replica", 0)), int(r.get("node", 0))))
+
+
+def fleet_of(run: ResourceState) -> str:
+    from dstack_plan.providers.local import LOCAL_FLEET
+
+    return str(run.attributes.get("fleet", LOCAL_FLEET))
+
+
+async def list_runs(
+    project: Project,
+    *,
+    all_runs: bool = False,
+    addresses: set[str] | None = None,
+    now: float | None = None,
+) -> list[RunView]:
+    """The runs in the project's state, refreshed from their agents; newest first.
+
+    Without `all_runs`, finished runs are left out unless they finished less than
+    RECENT_SECONDS ago. `addresses` limits the listing. Each fleet's agent is asked once for
+    all its runs; runs whose agent cannot be asked keep their last recorded status and say
+    why in `error`, and the others are still listed. Tainted runs are shown as recorded.
+    """
+    state = project.backend.read().state
+    now = project.clock.now() if now is None else now
+    by_fleet: dict[str, list[ResourceState]] = {}
+    for run in run_entries(state):
+        if addresses is None or run.address in addresses:
+            by_fleet.setdefault(fleet_of(run), []).append(run)
+    views: list[RunView] = []
+    for fleet, runs in by_fleet.items():
+        views += await _fleet_views(project, fleet, runs)
+    kept = [
+        v
+        for v in views
+        if all_runs or not v.finished or _ended_recently(v, state.resources[v.address], now)
+    ]
+    kept.sort(key=lambda v: (-v.created_at.timestamp(), v.address))
+    return kept
+
+
+async def _fleet_views(project: Project, fleet: str, runs: list[ResourceState]) -> list[RunView]:
+    from dstack_plan.apply.records import for_handler
+
+    live = [for_handler(r) for r in runs if not r.tainted]
+    found: dict[str, Refreshed] = {}
+    infos: dict[str, JobInfo] = {}
+    error = None
+    try:
+        if live:
+            # every run kind has the same handler: one refresh_many asks the agent once
+            handler = project.handlers()[live[0].kind]
+            found = await handler.refresh_many(live, project.context())
+        if any(job_records(r) for r in live):
+            agent = await agent_for(project, fleet, live[0].address)
+            infos = {j.id: j for j in await agent.list_jobs()}
+    except (AgentError, ProviderError) as e:
+        error = str(e)
+    return [_view(run, found.get(run.address), infos, error) for run in runs]
+
+
+def _view(
+    run: ResourceState, found: Refreshed | None, infos: dict[str, JobInfo], error: str | None
+) -> RunView:
+    status, attributes = run.status, dict(run.attributes)
+    if found is not None:
+        status, attributes, error = found.status, found.attributes, error or found.gone
+    if run.tainted:
+        error = "tainted: its creation did not complete; the next apply replaces it"
+    records = job_records(run.model_copy(update={"attributes": attributes}))
+    jobs = [_job_view(r, infos.get(str(r.get("id")))) for r in records]
+    ends = [j.finished_at for j in jobs if j.finished_at is not None]
+    return RunView(
+        address=run.address,
+        kind=run.kind,
+        name=run.name,
+        status=status,
+        fleet=fleet_of(run),
+        hosts=sorted({j.host for j in jobs}),
+        gpus=_gpu_request(run),
+        price_per_hour=float(attributes.get("price_per_hour") or 0.0),
+        created_at=run.created_at,
+        finished_at=max(ends) if ends and status in FINISHED else None,
+        error=error,
+        jobs=jobs,
+    )
+
+
+def _job_view(record: dict[str, Any], info: JobInfo | None) -> JobView:
+    return JobView(
+        id=str(record.get("id")),
+        status=info.status.value if info else str(record.get("status", "unknown")),
+        exit_code=info.exit_code if info else None,
+        replica=int(record.get("replica", 0)),
+        node=int(record.get("node", 0)),
+        host=str(record.get("host", "localhost")),
+        gpus=list(info.gpus) if info else [],
+        started_at=_utc(info.started_at) if info else None,
+        finished_at=_utc(info.finished_at) if info else None,
+    )
+
+
+def _utc(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def _ended_recently(view: RunView, run: ResourceState, now: float) -> bool:
+    # Without job records from the agent, the last state update is the best finish time known.
+    ended = view.finished_at or run.updated_at
+    return now - ended.timestamp() < RECENT_SECONDS
+
+
+def _gpu_request(run: ResourceState) -> str | None:
+    from dstack_plan.config.resources import GPUSpec
+
+    resources = run.spec.get("resources")
+    gpu = resources.get("gpu") if isinstance(resources, dict) else None
+    if gpu is None:
+        return None
+    try:
+        spec = GPUSpec.model_validate(gpu)
+    except ValueError:
+        return str(gpu)
+    if not spec.count.min:  # the scheduler gives a job the lower bound: none
+        return None
+    if isinstance(gpu, dict):  # the object form (total_memory...) has no shorthand
+        what = ",".join(spec.name or ()) or (spec.vendor.value if spec.vendor else "gpu")
+        return f"{what}:{gpu.get('count', spec.count.min)}"
+    return str(gpu)

@@ -1,0 +1,108 @@
+"""Stopping a run's jobs by hand (`dstack stop`), then recording their status in state.
+
+Like `watch`, this does not take the operation lock: stopping must work while an apply is
+running, and the state update is a small compare-and-swap commit that re-reads the latest
+state, so it never overwrites what a concurrent apply wrote. Jobs stay on their agent, so
+their logs can still be read; the run stays in state, finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dstack_plan.errors import AgentError
+from dstack_plan.inspect.runs import agent_for, find_run, fleet_of, job_records
+from dstack_plan.state.model import ResourceState, State, timestamp
+
+if TYPE_CHECKING:
+    from dstack_plan.agent.api_models import JobInfo
+    from dstack_plan.agent.client import AgentClient
+    from dstack_plan.project import Project
+
+STOP_WAIT_SLACK = 15.0
+"""Seconds allowed beyond the stop timeout for the agent to report a job finished."""
+_CONCURRENT_STOPS = 8
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What `stop_run` did."""
+
+    address: str
+    status: str
+    """The run's status after stopping (as recorded in state)."""
+    stopped: tuple[str, ...]
+    """Ids of the jobs that were still active and got stopped."""
+    already_finished: tuple[str, ...]
+    """Ids of jobs that had ended before (or are gone from their agent)."""
+
+
+def stop_timeout(run: ResourceState) -> float:
+    """Seconds between SIGTERM and SIGKILL: the run's `stop_duration` (0 when off)."""
+    from dstack_plan.config.runs import RunSpec
+    from dstack_plan.plan.normalize import spec_from_normalized
+
+    spec = spec_from_normalized(run.kind, run.spec)
+    assert isinstance(spec, RunSpec)
+    return float(spec.stop_duration) if spec.stop_duration != "off" else 0.0
+
+
+async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopResult:
+    """Stop every job of run `ref` (gracefully within its stop_duration, or `abort` at once),
+    wait until they have ended, and commit the run's new status and job statuses."""
+    from dstack_plan.apply.runs import run_status
+
+    run = find_run(project.backend.read().state, ref)
+    timeout = 0.0 if abort else stop_timeout(run)
+    agent = await agent_for(project, fleet_of(run), run.address)
+    limit = asyncio.Semaphore(_CONCURRENT_STOPS)
+
+    async def one(job_id: str) -> tuple[JobInfo | None, bool]:
+        async with limit:
+            return await _stop_job(agent, job_id, timeout, abort)
+
+    ids = [str(r["id"]) for r in job_records(run)]
+    outcomes = dict(zip(ids, await asyncio.gather(*(one(i) for i in ids)), strict=True))
+    infos = {i: info for i, (info, _) in outcomes.items() if info is not None}
+    status = run_status(list(infos.values()))
+    statuses = {i: info.status.value for i, info in infos.items()}
+
+    def record(state: State) -> State:
+        current = state.get(run.address)
+        if current is None:  # destroyed or forgotten meanwhile: nothing left to record
+            return state
+        jobs = [
+            {**r, "status": statuses[r["id"]]} if r.get("id") in statuses else r
+            for r in job_records(current)
+        ]
+        attributes = {**current.attributes, "jobs": jobs}
+        now = timestamp(project.clock)
+        return state.with_resource(current.updated(now=now, status=status, attributes=attributes))
+
+    from dstack_plan.state.commit import commit_async
+
+    await commit_async(project.backend, record)
+    return StopResult(
+        address=run.address,
+        status=status,
+        stopped=tuple(i for i, (_, stopped) in outcomes.items() if stopped),
+        already_finished=tuple(i for i, (_, stopped) in outcomes.items() if not stopped),
+    )
+
+
+async def _stop_job(
+    agent: AgentClient, job_id: str, timeout: float, abort: bool
+) -> tuple[JobInfo | None, bool]:
+    """(the job after stopping or None if it is gone, whether it was still active)."""
+    try:
+        info = await agent.get_job(job_id)
+        if info.finished:
+            return info, False
+        await agent.stop(job_id, timeout=timeout, abort=abort)
+        return await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK), True
+    except AgentError as e:
+        if e.status == 404:
+            return None, False
+        raise

@@ -1,0 +1,50 @@
+"""`dstack init`: a project's private `.dstack/` directory, kept out of git."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from dstack_plan.errors import DstackPlanError
+
+DSTACK_DIR = ".dstack"
+IGNORE_LINE = ".dstack/"
+"""One entry covers the state, its backup and lock files, and `secrets.yml`."""
+_ALREADY_IGNORED = frozenset({".dstack", ".dstack/", "/.dstack", "/.dstack/", ".dstack/*"})
+_PRIVATE = 0o700
+
+
+def init_workspace(directory: str | Path = ".") -> list[str]:
+    """Create `<directory>/.dstack/` (mode 0700) and ignore it in `.gitignore`.
+
+    Idempotent. Returns what was done, one sentence each (empty when nothing was needed).
+    """
+    base = Path(directory)
+    if not base.is_dir():
+        raise DstackPlanError(f"{base}: not a directory")
+    done: list[str] = []
+    private = base / DSTACK_DIR
+    try:
+        if not private.is_dir():
+            private.mkdir(mode=_PRIVATE)
+            done.append(f"created {DSTACK_DIR}/ (mode 0700)")
+        if stat.S_IMODE(private.stat().st_mode) != _PRIVATE:
+            # it holds state and secrets: nobody else may read it
+            private.chmod(_PRIVATE)
+            done.append(f"made {DSTACK_DIR}/ private (mode 0700)")
+        if _add_ignore(base / ".gitignore"):
+            done.append(f"added {IGNORE_LINE} to .gitignore")
+    except OSError as e:
+        raise DstackPlanError(f"{base}: cannot initialise: {e}") from None
+    return done
+
+
+def _add_ignore(gitignore: Path) -> bool:
+    text = gitignore.read_text() if gitignore.exists() else ""
+    if any(line.strip() in _ALREADY_IGNORED for line in text.splitlines()):
+        return False
+    prefix = "\n" if text and not text.endswith("\n") else ""
+    comment = "# dstack-plan: state, state backup, locks and secrets\n"
+    with gitignore.open("a") as f:
+        f.write(f"{prefix}{comment}{IGNORE_LINE}\n")
+    return True

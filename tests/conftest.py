@@ -25,3 +25,17 @@ def require(variable: str, reason: str) -> None:
     if os.environ.get(variable) == "1":
         pytest.fail(f"{reason} (and {variable}=1 demands it)")
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A docker SDK client; skips (or fails under DSTACK_PLAN_REQUIRE_DOCKER=1) without one."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=20)
+        client.ping()
+    except Exception as e:  # noqa: BLE001 - any failure means "no engine here"
+        require("DSTACK_PLAN_REQUIRE_DOCKER", f"no Docker engine answers: {e}")
+    yield client
+    client.close()

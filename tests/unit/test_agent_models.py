@@ -19,6 +19,15 @@ def test_secret_env_is_unwrapped_only_on_the_wire() -> None:
     assert parsed.to_dict()["env"] == {"K": "(redacted)", "P": "p"}
 
 
+def test_config_secrets_are_accepted_and_stay_hidden() -> None:
+    from dstack_plan.config.secrets import Secret
+
+    spec = JobSpec(run_name="r", commands=["x"], env={"HF_TOKEN": Secret("hf_abc")})
+    assert "hf_abc" not in repr(spec)
+    assert spec.to_wire()["env"] == {"HF_TOKEN": "hf_abc"}
+    assert spec.to_wire()["secret_env"] == ["HF_TOKEN"]
+
+
 def test_wire_format_of_a_full_spec_is_accepted_by_the_agent() -> None:
     spec = JobSpec(
         run_name="r",

@@ -7,7 +7,7 @@ import uuid
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from dstack_plan.agent import protocol as p
 
@@ -55,8 +55,9 @@ class VolumeMount(BaseModel):
 
 
 class JobSpec(BaseModel):
-    """What to run. Env values may be `SecretStr`: they are sent to the agent, which keeps them
-    in memory only, and never appear in records, logs or this model's repr."""
+    """What to run. Env values may be secrets (`pydantic.SecretStr`, or the config's `Secret`,
+    anything with `reveal()`): they are sent to the agent, which keeps them in memory only, and
+    never appear in its records, its logs or this model's repr."""
 
     model_config = _REQUEST
     id: str = Field(default_factory=lambda: str(uuid.uuid4()))
@@ -84,6 +85,19 @@ class JobSpec(BaseModel):
     stop_timeout: float = p.DEFAULT_STOP_TIMEOUT
     max_duration: float | None = None
     """Seconds of running after which the agent stops the job."""
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _secrets_stay_wrapped(cls, env: Any) -> Any:
+        # dstack_plan.config.secrets.Secret is duck-typed so this module needs no config import.
+        if isinstance(env, dict):
+            return {
+                name: SecretStr(value.reveal())
+                if callable(getattr(value, "reveal", None))
+                else value
+                for name, value in env.items()
+            }
+        return env
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON body for `POST /jobs`, secret values unwrapped and named in secret_env."""

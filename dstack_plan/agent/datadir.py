@@ -39,10 +39,12 @@ class DataDir:
         self.root = Path(root).absolute()
 
     def ensure(self) -> None:
-        """Create the dir tree; tighten the root to 0700 since it holds the token."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
-        self.jobs.mkdir(exist_ok=True)
+        """Create the dir tree, the root 0700 (an existing dir keeps its mode: it may be shared,
+        and the token and records are 0600 in any case)."""
+        if not self.root.exists():
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, exist_ok=True)
+        self.jobs.mkdir(mode=0o700, exist_ok=True)
 
     @property
     def token_file(self) -> Path:

@@ -108,11 +108,7 @@ class JobManager:
                 runtime = self.runtimes[RUNTIME_PROCESS]
                 assert isinstance(runtime, ProcessRuntime)
                 runtime.kill_orphan(job)
-                when = (
-                    "while the process was running"
-                    if job.started
-                    else ("before the process started")
-                )
+                when = "while the process was running" if job.started else "before it started"
                 self.finish(job, EXECUTOR_ERROR, f"agent restarted {when}")
             else:
                 log.info("re-adopting job %s", job.id)
@@ -163,18 +159,25 @@ class JobManager:
 
     def _run_job(self, job: Job, adopt: bool) -> None:
         runtime = self.runtimes[job.runtime]
+        code: int | None = None
+        failure: tuple[str, str] | None = None
         try:
             code = runtime.adopt(job, self) if adopt else runtime.run(job, self)
         except StartError as e:
-            self.finish(job, e.reason, str(e))
+            failure = (e.reason, str(e))
         except Exception as e:
             log.exception("job %s: runtime failed", job.id)
-            self.finish(job, EXECUTOR_ERROR, f"agent error: {type(e).__name__}: {e}")
-        else:
-            self._finish_exited(job, code)
-        finally:
-            if not self._shutting_down:
+            failure = (EXECUTOR_ERROR, f"agent error: {type(e).__name__}: {e}")
+        # Clean up before reporting the end: a finished job has let go of what it held.
+        if not self._shutting_down:
+            try:
                 runtime.cleanup(job)
+            except Exception:
+                log.exception("job %s: cleanup failed", job.id)
+        if failure is not None:
+            self.finish(job, *failure)
+        else:
+            self._finish_exited(job, code or 0)
 
     def _finish_exited(self, job: Job, code: int) -> None:
         with self._lock:

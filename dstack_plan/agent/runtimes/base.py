@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from dstack_plan.agent.job import Job, StopRequest
+from dstack_plan.agent.protocol import EXECUTOR_ERROR
 
 
 class StartError(Exception):
@@ -46,7 +47,7 @@ class Runtime:
 
     def adopt(self, job: Job, ctl: JobControl) -> int:
         """After an agent restart, re-attach to a job's workload and wait for it as `run` does."""
-        raise StartError("executor_error", "agent restarted while the job was running")
+        raise StartError(EXECUTOR_ERROR, "agent restarted while the job was running")
 
     def stop(self, job: Job, timeout: float) -> None:
         """Ask the workload to stop (SIGTERM), killing it after `timeout` seconds."""

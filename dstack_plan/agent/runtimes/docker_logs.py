@@ -1,73 +1,58 @@
-"""Docker log frames with timestamps, and the cursor that resumes them without duplicates.
+"""Where a container's output capture stands, so a restarted agent resumes it exactly.
 
-With `timestamps=True` every frame starts with an RFC 3339 nano timestamp. The cursor is
-`<ns>:<n>`: the timestamp of the last frame kept and how many frames with exactly that
-timestamp were kept, so a re-read from slightly earlier drops precisely what was already kept.
+Live output comes from an attach made before the container starts (like `docker run`), which
+carries no timestamps. What identifies a position is therefore how many bytes of each stream
+were captured: the engine's own log (json-file) holds the same bytes per stream, so reading a
+stream from its start and dropping that many bytes continues it with nothing lost or repeated.
+That holds while the engine has not rotated its copy; past its size cap the resume falls back
+to wall-clock time and says so in the log.
 """
 
 from __future__ import annotations
 
-import calendar
+import time
+from collections.abc import Iterable, Iterator
 
-RESUME_SLACK_NS = 1_000_000
-"""Ask docker for logs a little before the cursor: its `since` is a float and may round up."""
-
-
-def parse_timestamp_ns(text: bytes) -> int | None:
-    """Nanoseconds since the epoch of `2024-05-01T12:00:00.123456789Z`, or None."""
-    try:
-        s = text.decode("ascii")
-        if not s.endswith("Z"):
-            return None
-        date, _, clock = s[:-1].partition("T")
-        year, month, day = (int(x) for x in date.split("-"))
-        hms, _, fraction = clock.partition(".")
-        hour, minute, second = (int(x) for x in hms.split(":"))
-        seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
-        return seconds * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
-    except (ValueError, UnicodeDecodeError):
-        return None
+_JSON_LINE_OVERHEAD = 100
+"""Bytes json-file adds per line ({"log":...,"stream":...,"time":...})."""
 
 
-class FrameFilter:
-    """Splits timestamped frames, skips those at or before the cursor, advances the cursor."""
+class StreamCursor:
+    """Bytes captured from stdout and stderr, lines, and the wall time of the last capture."""
 
-    def __init__(self, cursor: str | None = None):
-        self.ts_ns = -1
-        self.count = 0
-        if cursor:
-            ts, _, count = cursor.partition(":")
-            self.ts_ns, self.count = int(ts), int(count or 0)
-        self.rewind()
+    def __init__(self, encoded: str | None = None):
+        self.out = self.err = self.lines = 0
+        self.wall = 0.0
+        if encoded:
+            out, err, lines, wall = encoded.split(":")
+            self.out, self.err, self.lines = int(out), int(err), int(lines)
+            self.wall = int(wall) / 1000
 
-    def rewind(self) -> None:
-        """A new read from `since()` begins: drop frames up to the cursor again."""
-        self._skip_ts = self.ts_ns
-        self._skip_left = self.count
-
-    @property
-    def cursor(self) -> str | None:
-        return None if self.ts_ns < 0 else f"{self.ts_ns}:{self.count}"
-
-    def since(self) -> float | None:
-        """The `since` argument for docker's logs call, or None to read from the start."""
-        if self.ts_ns < 0:
-            return None
-        return max(self.ts_ns - RESUME_SLACK_NS, 1) / 1e9
-
-    def accept(self, frame: bytes) -> tuple[bytes | None, str | None]:
-        """(payload to keep or None, cursor after it)."""
-        stamp, sep, payload = frame.partition(b" ")
-        ts = parse_timestamp_ns(stamp) if sep else None
-        if ts is None:
-            return frame, self.cursor  # not a timestamped frame: keep it whole
-        if ts < self._skip_ts:
-            return None, self.cursor
-        if ts == self._skip_ts and self._skip_left > 0:
-            self._skip_left -= 1
-            return None, self.cursor
-        if ts == self.ts_ns:
-            self.count += 1
+    def add(self, stream: str, data: bytes) -> str:
+        """Count `data` as captured from `stream` ("out" or "err"); returns the new cursor."""
+        if stream == "out":
+            self.out += len(data)
         else:
-            self.ts_ns, self.count = ts, 1
-        return payload, self.cursor
+            self.err += len(data)
+        self.lines += data.count(b"\n")
+        self.wall = time.time()
+        return self.encode()
+
+    def encode(self) -> str:
+        return f"{self.out}:{self.err}:{self.lines}:{int(self.wall * 1000)}"
+
+    def engine_log_estimate(self) -> int:
+        """About how big the engine's json-file log of what was captured is."""
+        return int((self.out + self.err) * 1.2) + self.lines * _JSON_LINE_OVERHEAD
+
+
+def skip_bytes(chunks: Iterable[bytes], count: int) -> Iterator[bytes]:
+    """The chunks with their first `count` bytes left out."""
+    for chunk in chunks:
+        if count >= len(chunk):
+            count -= len(chunk)
+            continue
+        if count:
+            chunk = chunk[count:]
+            count = 0
+        yield chunk

@@ -24,7 +24,7 @@ from dstack_plan.agent.protocol import (
     RUNTIME_DOCKER,
 )
 from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError
-from dstack_plan.agent.runtimes.docker_logs import FrameFilter
+from dstack_plan.agent.runtimes.docker_logs import StreamCursor, skip_bytes
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +46,13 @@ class DockerRuntime(Runtime):
     def __init__(self, engine: DockerEngine, agent_id: str, log_max_bytes: int):
         self._engine = engine
         self._agent_id = agent_id
-        # The engine keeps its own copy of the output until we remove the container; cap it
-        # too, and force json-file so the logs API works whatever the host's default driver.
-        size = max(log_max_bytes, 8 * 1024 * 1024)
+        # The engine keeps its own copy of the output until we remove the container. Cap it, far
+        # above our own cap (a restart resumes exactly only while the engine has not rotated
+        # it), and force json-file so the logs API works whatever the host's default driver.
+        self._engine_log_max = max(4 * log_max_bytes, 256 * 1024 * 1024)
         self._log_config = {
             "type": "json-file",
-            "config": {"max-size": str(size), "max-file": "2"},
+            "config": {"max-size": str(self._engine_log_max), "max-file": "2"},
         }
 
     def _api(self) -> Any:
@@ -77,15 +78,27 @@ class DockerRuntime(Runtime):
         if ctl.set_handles(job, container_id=container_id) is not None:
             return 0  # stopped before it started: cleanup() removes the container
         try:
+            # Attached before the start, like `docker run`: output arrives as it is written,
+            # where the logs API would first wait for the engine to finish an early exit.
+            sock = api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})
+        except Exception as e:
+            raise StartError(
+                CREATING_CONTAINER_ERROR, f"cannot attach to the container: {_explain(e)}"
+            ) from e
+        try:
             api.start(container_id)
         except Exception as e:
+            _close(sock)
             raise StartError(
                 CREATING_CONTAINER_ERROR, f"cannot start the container: {_explain(e)}"
             ) from e
         stop = ctl.mark_started(job, ports=self._ports(api, job, container_id))
         if stop is not None:
             threading.Thread(target=self.stop, args=(job, stop.timeout), daemon=True).start()
-        return self._follow(api, job, ctl, FrameFilter())
+        cursor = StreamCursor()
+        if self._copy_attached(sock, job, ctl, cursor) and not self._running(api, container_id):
+            return self._exit_code(api, container_id)
+        return self._follow_engine(api, job, ctl, cursor)
 
     def _ensure_image(self, api: Any, job: Job, ctl: JobControl) -> None:
         import docker.errors  # noqa: PLC0415
@@ -196,41 +209,77 @@ class DockerRuntime(Runtime):
 
     # -- running ---------------------------------------------------------------------------
 
-    def _follow(self, api: Any, job: Job, ctl: JobControl, frames: FrameFilter) -> int:
-        """Capture output until the container exits; return its exit code."""
+    def _copy_attached(self, sock: Any, job: Job, ctl: JobControl, cursor: StreamCursor) -> bool:
+        """Copy the attached output until it ends; False if the stream broke."""
+        from docker.utils.socket import STDERR, frames_iter  # noqa: PLC0415
+
+        try:
+            for stream, data in frames_iter(sock, tty=False):
+                if data:
+                    name = "err" if stream == STDERR else "out"
+                    ctl.append_log(job, data, cursor.add(name, data))
+            return True
+        except Exception as e:
+            log.warning("job %s: attached output broke off: %s", job.id, e)
+            return False
+        finally:
+            _close(sock)
+
+    def _running(self, api: Any, container_id: str) -> bool:
         import docker.errors  # noqa: PLC0415
 
-        container_id = job.container_id
         try:
-            while True:
-                try:
-                    self._copy_logs(api, job, ctl, frames, follow=True)
-                except docker.errors.NotFound:
-                    raise
-                except Exception as e:  # the engine restarted or the stream broke: re-read
-                    log.warning("job %s: log stream broke: %s", job.id, _explain(e))
-                state = api.inspect_container(container_id)["State"]
-                if not state.get("Running") and not state.get("Restarting"):
-                    break
-                time.sleep(0.2)
-            # A follow stream may end before the last lines are delivered; fetch what is left.
-            self._copy_logs(api, job, ctl, frames, follow=False)
-            return int(api.wait(container_id)["StatusCode"])
+            state = api.inspect_container(container_id)["State"]
         except docker.errors.NotFound as e:
             raise StartError(EXECUTOR_ERROR, "the job's container was removed while it ran") from e
+        return bool(state.get("Running") or state.get("Restarting"))
 
-    def _copy_logs(
-        self, api: Any, job: Job, ctl: JobControl, frames: FrameFilter, follow: bool
+    def _exit_code(self, api: Any, container_id: str) -> int:
+        return int(api.wait(container_id)["StatusCode"])
+
+    def _follow_engine(self, api: Any, job: Job, ctl: JobControl, cursor: StreamCursor) -> int:
+        """Capture the rest from the engine's log (after a restart or a broken attach)."""
+        exact = cursor.engine_log_estimate() < self._engine_log_max
+        if not exact:
+            ctl.append_log(
+                job,
+                b"\n[dstack-plan agent] output resumed after an interruption: the engine rotated "
+                b"its log, so lines around this point may be missing or repeated\n",
+                cursor.encode(),
+            )
+        while True:
+            self._pump_engine(api, job, ctl, cursor, exact)
+            if not self._running(api, job.container_id):
+                break
+            time.sleep(0.2)  # the streams broke while it runs (engine restart): go again
+        return self._exit_code(api, job.container_id)
+
+    def _pump_engine(
+        self, api: Any, job: Job, ctl: JobControl, cursor: StreamCursor, exact: bool
     ) -> None:
-        kwargs: dict[str, Any] = {"stream": True, "follow": follow, "timestamps": True}
-        frames.rewind()
-        since = frames.since()
-        if since is not None:
-            kwargs["since"] = since
-        for frame in api.logs(job.container_id, **kwargs):
-            payload, cursor = frames.accept(frame)
-            if payload is not None:
-                ctl.append_log(job, payload, cursor)
+        """Follow stdout and stderr from the engine until the container stops."""
+        lock = threading.Lock()
+
+        def pump(name: str) -> None:
+            kwargs: dict[str, Any] = {"stdout": name == "out", "stderr": name == "err"}
+            if exact:
+                skip = cursor.out if name == "out" else cursor.err
+            else:
+                skip = 0
+                kwargs["since"] = max(cursor.wall - 1.0, 1.0)
+            try:
+                chunks = api.logs(job.container_id, stream=True, follow=True, **kwargs)
+                for data in skip_bytes(chunks, skip):
+                    with lock:
+                        ctl.append_log(job, data, cursor.add(name, data))
+            except Exception as e:
+                log.warning("job %s: reading the engine's %s log failed: %s", job.id, name, e)
+
+        threads = [threading.Thread(target=pump, args=(n,), daemon=True) for n in ("out", "err")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     def adopt(self, job: Job, ctl: JobControl) -> int:
         import docker.errors  # noqa: PLC0415
@@ -262,7 +311,7 @@ class DockerRuntime(Runtime):
             threading.Thread(
                 target=self.stop, args=(job, max(remaining, 0.0)), daemon=True
             ).start()
-        return self._follow(api, job, ctl, FrameFilter(job.logs.cursor))
+        return self._follow_engine(api, job, ctl, StreamCursor(job.logs.cursor))
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -291,3 +340,10 @@ class DockerRuntime(Runtime):
         except Exception as e:
             if "No such container" not in str(e):
                 log.warning("job %s: removing the container failed: %s", job.id, _explain(e))
+
+
+def _close(sock: Any) -> None:
+    try:
+        sock.close()
+    except Exception:
+        pass

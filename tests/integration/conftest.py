@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from dstack_plan.agent.client import AgentClient
-from tests.conftest import require
 from tests.infra.agent_process import AgentProcess, kill_job_groups, remove_agent_containers
 from tests.infra.docker_images import ensure_busybox_image
 
@@ -50,20 +49,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
     asyncio.run(run())
     return True
-
-
-@pytest.fixture(scope="session")
-def docker_client() -> Iterator[Any]:
-    """A docker SDK client; skips (or fails under DSTACK_PLAN_REQUIRE_DOCKER=1) without one."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=20)
-        client.ping()
-    except Exception as e:
-        require("DSTACK_PLAN_REQUIRE_DOCKER", f"no Docker engine answers: {e}")
-    yield client
-    client.close()
 
 
 @pytest.fixture(scope="session")

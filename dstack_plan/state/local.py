@@ -227,9 +227,11 @@ class LocalBackend(StateBackend):
             return
         try:
             os.replace(tmp, self.backup_path)
-        except BaseException:
+        finally:
+            # rename() is a no-op when both names already link the same inode (a writer
+            # killed between backup and write leaves state and backup as one file): then
+            # the temp name survives it and must go.
             tmp.unlink(missing_ok=True)
-            raise
         if self.backup_path.stat().st_mode & 0o777 != PRIVATE_MODE:
             os.chmod(self.backup_path, PRIVATE_MODE)
 

@@ -19,7 +19,8 @@ import urllib.request
 from typing import Any
 
 from dstack_plan.agent.app import AgentApp
-from dstack_plan.agent.datadir import DataDir, read_json, write_json_atomic
+from dstack_plan.agent.datadir import DataDir, write_json_atomic
+from dstack_plan.agent.liveness import connection_info, is_running, read_pid, try_lock
 from dstack_plan.agent.protocol import AGENT_VERSION
 from dstack_plan.agent.server import LISTEN_HOST, AgentServer
 
@@ -30,59 +31,12 @@ class DaemonError(Exception):
     """A daemon command failed; the message says why."""
 
 
-def _try_lock(path: Any) -> int | None:
-    """An fd holding an exclusive lock on `path`, or None if another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _read_pid(data: DataDir) -> int | None:
-    try:
-        return int(data.pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def is_running(data: DataDir) -> bool:
-    """Whether a `serve` process holds this data dir."""
-    if not data.serve_lock.exists():
-        return False
-    fd = _try_lock(data.serve_lock)
-    if fd is None:
-        return True
-    os.close(fd)
-    return False
-
-
-def connection_info(data: DataDir, wait: float = 0.0) -> dict[str, Any] | None:
-    """The running agent's connection info (waiting up to `wait` s while it starts), or None."""
-    deadline = time.monotonic() + wait
-    while True:
-        if not is_running(data):
-            return None
-        pid = _read_pid(data)
-        try:
-            info = read_json(data.connection_file)
-            if info.get("pid") == pid:
-                return info
-        except (OSError, ValueError):
-            pass
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.05)
-
-
 def serve(data: DataDir, port: int, log_max_bytes: int) -> int:
     """Run the agent in this process until SIGTERM/SIGINT."""
     data.ensure()
-    lock_fd = _try_lock(data.serve_lock)
+    lock_fd = try_lock(data.serve_lock)
     if lock_fd is None:
-        raise DaemonError(f"another agent (pid {_read_pid(data)}) already serves {data.root}")
+        raise DaemonError(f"another agent (pid {read_pid(data)}) already serves {data.root}")
     data.pid_file.write_text(f"{os.getpid()}\n")
     token = data.token()
     app = AgentApp(data, log_max_bytes)
@@ -210,7 +164,7 @@ def stop(data: DataDir, timeout: float) -> bool:
     """Stop the running agent (SIGTERM, SIGKILL after `timeout`); False if none ran."""
     if not is_running(data):
         return False
-    pid = _read_pid(data)
+    pid = read_pid(data)
     if pid is None:
         raise DaemonError(f"an agent holds {data.serve_lock} but {data.pid_file} is unreadable")
     os.kill(pid, signal.SIGTERM)

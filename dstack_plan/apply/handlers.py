@@ -7,7 +7,7 @@ providers and agents; the engine decides order, parallelism and state commits.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,16 @@ class ResourceHandler(ABC):
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
         """Ask the provider or agents what exists now; the default trusts the state."""
         return Refreshed(status=current.status, attributes=dict(current.attributes))
+
+    async def refresh_many(
+        self, currents: Sequence[ResourceState], ctx: ApplyContext
+    ) -> dict[str, Refreshed]:
+        """`refresh` for several entries, by address: what a plan of a whole state uses.
+
+        The default asks `refresh` for each in turn. Handlers that can answer for many
+        resources with one call (runs: one job listing per agent) override it.
+        """
+        return {current.address: await self.refresh(current, ctx) for current in currents}
 
     @abstractmethod
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:

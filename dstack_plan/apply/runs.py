@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dstack_plan.agent.api_models import JobInfo, JobStatus
@@ -102,22 +103,29 @@ class RunHandler(ResourceHandler):
         return Outcome(status=run_status(list(infos.values())), attributes=attributes)
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
-        attributes = dict(current.attributes)
-        records = list(attributes.get("jobs", []))
+        records = list(current.attributes.get("jobs", []))
         if not records:
-            return Refreshed(current.status, attributes)
-        agent = await self._agent(str(attributes.get("fleet", LOCAL_FLEET)), current.address)
-        infos = await _infos(agent, [r["id"] for r in records])
-        attributes["jobs"] = [
-            {**r, "status": infos[r["id"]].status.value} if r["id"] in infos else r
-            for r in records
-        ]
-        finished = current.status in ("done", "failed", "terminated", "aborted")
-        if not infos:
-            if finished:
-                return Refreshed(current.status, attributes)
-            return Refreshed(current.status, attributes, gone="jobs are gone from the agent")
-        return Refreshed(run_status(list(infos.values())), attributes)
+            return Refreshed(current.status, dict(current.attributes))
+        agent = await self._agent(_fleet(current), current.address)
+        return _refreshed(current, await _infos(agent, [r["id"] for r in records]))
+
+    async def refresh_many(
+        self, currents: Sequence[ResourceState], ctx: ApplyContext
+    ) -> dict[str, Refreshed]:
+        """One job listing per agent, shared by all the runs on it (not a request per job)."""
+        listings: dict[str, dict[str, JobInfo]] = {}
+        found: dict[str, Refreshed] = {}
+        for current in currents:
+            if not current.attributes.get("jobs"):
+                found[current.address] = Refreshed(current.status, dict(current.attributes))
+                continue
+            fleet = _fleet(current)
+            jobs = listings.get(fleet)
+            if jobs is None:
+                agent = await self._agent(fleet, current.address)
+                jobs = listings[fleet] = {j.id: j for j in await agent.list_jobs()}
+            found[current.address] = _refreshed(current, jobs)
+        return found
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
         fleet = str(current.attributes.get("fleet", LOCAL_FLEET))
@@ -173,6 +181,26 @@ class RunHandler(ResourceHandler):
                     raise
 
         await asyncio.gather(*(one(i) for i in ids))
+
+
+def _fleet(current: ResourceState) -> str:
+    return str(current.attributes.get("fleet", LOCAL_FLEET))
+
+
+def _refreshed(current: ResourceState, known: Mapping[str, JobInfo]) -> Refreshed:
+    """A run's refreshed status and job records, from the jobs its agent knows (by id)."""
+    attributes = dict(current.attributes)
+    records = list(attributes.get("jobs", []))
+    infos = {r["id"]: known[r["id"]] for r in records if r["id"] in known}
+    attributes["jobs"] = [
+        {**r, "status": infos[r["id"]].status.value} if r["id"] in infos else r for r in records
+    ]
+    finished = current.status in ("done", "failed", "terminated", "aborted")
+    if not infos:
+        if finished:
+            return Refreshed(current.status, attributes)
+        return Refreshed(current.status, attributes, gone="jobs are gone from the agent")
+    return Refreshed(run_status(list(infos.values())), attributes)
 
 
 def _job_record(job: JobInfo, slot: JobSlot) -> dict[str, Any]:

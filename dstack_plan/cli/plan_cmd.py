@@ -26,8 +26,6 @@ def plan(
     """Show the changes apply would make, where runs go and what they cost."""
     from dstack_plan.cli.output import print_json, print_lines
     from dstack_plan.cli.plan_view import render_plan
-    from dstack_plan.plan.json_plan import plan_to_json
-    from dstack_plan.plan.planfile import save_plan
     from dstack_plan.plan.planner import PlanOptions
 
     project = common.make_project(directory, files, state)
@@ -39,8 +37,12 @@ def plan(
     )
     result, _ = common.run_with(project, lambda p: p.plan(options))
     if out:
+        from dstack_plan.plan.planfile import save_plan
+
         save_plan(result, out)
     if as_json:
+        from dstack_plan.plan.json_plan import plan_to_json
+
         print_json(plan_to_json(result))
     else:
         print_lines(render_plan(result))

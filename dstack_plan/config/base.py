@@ -23,6 +23,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+DEFERRED = ConfigDict(defer_build=True)
+"""For models a run of the CLI may not validate at all: the kinds (a project uses a few of
+them; `ResourceSpec` passes this on to all six), the shared bases that are never validated
+themselves, and what only fleets and gateways use. Their validators are built on first use
+instead of at import, which keeps `dstack` starting fast."""
+
+
 def _check_name(value: str) -> str:
     if not _NAME_RE.match(value):
         raise ValueError(
@@ -58,6 +65,8 @@ class Lifecycle(Strict):
 
 class ResourceSpec(Strict):
     """Fields every kind has: its name and our extensions."""
+
+    model_config = DEFERRED
 
     name: ResourceName | None = None
     depends_on: tuple[Address, ...] = ()

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from dstack_plan.config.base import FieldConflict, ResourceSpec, Shorthand, Strict
+from dstack_plan.config.base import DEFERRED, FieldConflict, ResourceSpec, Shorthand, Strict
 from dstack_plan.config.env import Env
 from dstack_plan.config.profile import PlacementParams
 from dstack_plan.config.resources import ResourcesSpec
@@ -16,6 +16,8 @@ Blocks = int | Literal["auto"]
 
 class FleetNodes(Shorthand):
     """How many instances: `min` kept always, `target` provisioned on apply, `max` the cap."""
+
+    model_config = DEFERRED
 
     shorthand_schema = (
         {"type": "integer", "minimum": 0},
@@ -66,6 +68,7 @@ class FleetNodes(Shorthand):
 
 
 class ProxyJump(Strict):
+    model_config = DEFERRED
     hostname: str
     port: int = Field(default=22, ge=1, le=65535)
     user: str | None = None
@@ -73,6 +76,7 @@ class ProxyJump(Strict):
 
 
 class SSHHost(Shorthand):
+    model_config = DEFERRED
     shorthand_schema = ({"type": "string"},)
     hostname: str
     user: str | None = None
@@ -90,6 +94,7 @@ class SSHHost(Shorthand):
 
 
 class SSHConfig(Strict):
+    model_config = DEFERRED
     user: str | None = None
     identity_file: str | None = None
     port: int = Field(default=22, ge=1, le=65535)

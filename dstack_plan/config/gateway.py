@@ -6,14 +6,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from dstack_plan.config.base import ResourceSpec, Strict
+from dstack_plan.config.base import DEFERRED, ResourceSpec, Strict
 
 
 class LetsEncrypt(Strict):
+    model_config = DEFERRED
     type: Literal["lets-encrypt"] = "lets-encrypt"
 
 
 class ACMCertificate(Strict):
+    model_config = DEFERRED
     type: Literal["acm"] = "acm"
     arn: str
 

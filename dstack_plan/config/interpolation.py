@@ -83,15 +83,20 @@ def scan(data: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
 def referenced_secrets(data: Any) -> set[str]:
     """Names of the secrets a spec (as JSON data) refers to."""
     names: set[str] = set()
+    _collect_secrets(data, names)
+    return names
+
+
+def _collect_secrets(data: Any, names: set[str]) -> None:
     if isinstance(data, str):
-        names.update(r.name for r in parse_references(data) if r.namespace == "secrets")
+        if "${{" in data:
+            names.update(r.name for r in parse_references(data) if r.namespace == "secrets")
     elif isinstance(data, dict):
         for value in data.values():
-            names |= referenced_secrets(value)
+            _collect_secrets(value, names)
     elif isinstance(data, list | tuple):
         for value in data:
-            names |= referenced_secrets(value)
-    return names
+            _collect_secrets(value, names)
 
 
 def resolve(text: str, values: Mapping[str, Mapping[str, str]]) -> str:

@@ -9,17 +9,19 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from dstack_plan.config import interpolation, yaml_fast
 from dstack_plan.config.kinds import SPEC_BY_KIND
-from dstack_plan.config.locate import Locator
 from dstack_plan.config.resource import Desired, Resource, Source
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.errors import ConfigError, ConfigIssue
+
+if TYPE_CHECKING:
+    from dstack_plan.config.locate import Locator
 
 _SKIP_DIRS = {
     ".git", ".hg", ".svn", ".dstack", ".venv", "venv", "node_modules", "__pycache__",
@@ -104,21 +106,30 @@ def load_text(
     resources: list[Resource] = []
     pending: list[PendingIssue] = []
     unnamed = [i for i, d in enumerate(documents) if isinstance(d, dict) and "name" not in d]
+    # A string holds `${{` only if the text does, or spells it with an escape sequence.
+    may_reference = "${{" in text or "\\" in text
     for index, data in enumerate(documents):
         if data is None:
             continue
         derived = f"{name_hint}-{index}" if len(unnamed) > 1 else name_hint
-        resource = _build(data, index, display, derived[:41].rstrip("-"), pending)
+        resource = _build(data, index, display, derived[:41].rstrip("-"), pending, may_reference)
         if resource is not None:
             resources.append(resource)
     if not pending:
         return resources, []
+    from dstack_plan.config.locate import Locator
+
     locator = Locator(text)
     return resources, [_locate(p, display, locator) for p in pending]
 
 
 def _build(
-    data: Any, index: int, display: str, derived_name: str, pending: list[PendingIssue]
+    data: Any,
+    index: int,
+    display: str,
+    derived_name: str,
+    pending: list[PendingIssue],
+    may_reference: bool = True,
 ) -> Resource | None:
     if not isinstance(data, dict):
         pending.append(PendingIssue(index, (), "expected a mapping with a 'type' key"))
@@ -134,8 +145,9 @@ def _build(
         pending.append(PendingIssue(index, ("type",), f"unknown type {kind!r} (one of: {known})"))
         return None
     before = len(pending)
-    for path, message in interpolation.scan(data):
-        pending.append(PendingIssue(index, path, message))
+    if may_reference:
+        for path, message in interpolation.scan(data):
+            pending.append(PendingIssue(index, path, message))
     try:
         spec = model.model_validate(data)
     except ValidationError as e:
@@ -147,7 +159,14 @@ def _build(
     if len(pending) > before:
         return None
     name = spec.name or derived_name
-    return Resource(kind, name, spec, Source(display, index), name_derived=spec.name is None)
+    return Resource(
+        kind,
+        name,
+        spec,
+        Source(display, index),
+        name_derived=spec.name is None,
+        may_reference=may_reference,
+    )
 
 
 def _index(
@@ -161,6 +180,7 @@ def _index(
         if first is None:
             by_address[resource.address] = resource
             continue
+        from dstack_plan.config.locate import Locator
 
         def where(r: Resource) -> str:
             locator = locators.get(r.source.file) or locators.setdefault(
@@ -278,5 +298,7 @@ def issue_at(
         text = _read(STDIN if display == "<stdin>" else Path(project_dir, display), None)
     except OSError:
         text = ""
+    from dstack_plan.config.locate import Locator
+
     pos = Locator(text).find(resource.source.document, path, "key")
     return ConfigIssue(display, pos.line, pos.column, message)

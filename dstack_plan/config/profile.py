@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
-from dstack_plan.config.base import Shorthand, Strict
+from dstack_plan.config.base import DEFERRED, Shorthand, Strict
 from dstack_plan.config.units import Duration, IdleDuration, OffableDuration
 
 SpotPolicy = Literal["spot", "on-demand", "auto"]
@@ -91,6 +91,8 @@ class InstanceRef(Strict):
 
 class PlacementParams(Strict):
     """Where machines may come from; shared by fleets and runs."""
+
+    model_config = DEFERRED
 
     backends: tuple[str, ...] | None = None
     regions: tuple[str, ...] | None = None

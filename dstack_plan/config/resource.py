@@ -29,6 +29,9 @@ class Resource:
     source: Source
     name_derived: bool = False
     """True when the file gave no `name:` and one was derived from the file path."""
+    may_reference: bool = True
+    """False when the document cannot hold a `${{ ... }}` reference: its file has neither
+    `${{` nor a backslash (the only way to spell one without writing it out)."""
 
     @property
     def address(self) -> str:

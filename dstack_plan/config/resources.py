@@ -31,6 +31,7 @@ from dstack_plan.config.units import (
     anchored,
     describe,
     format_memory,
+    printed,
     range_fragment,
 )
 
@@ -146,7 +147,7 @@ class _Spec(BaseModel):
 
     @model_serializer(mode="plain")
     def _serialize(self) -> Any:
-        return str(self)
+        return printed(self)
 
     @classmethod
     def __get_pydantic_json_schema__(
@@ -551,7 +552,7 @@ class GPUSpec(_Spec):
     @model_serializer(mode="plain")
     def _serialize(self) -> Any:
         if self.total_memory is None and self.compute_capability is None:
-            return self.shorthand()
+            return printed(self)  # the shorthand, as str() prints it without the extras
         data: dict[str, Any] = {}
         if self.vendor is not None:
             data["vendor"] = self.vendor.value

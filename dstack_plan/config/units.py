@@ -84,6 +84,26 @@ def range_fragment(item: str) -> str:
     return rf"(?:{item}(?:{_S}\.\.(?:{_S}{item})?)?|\.\.{_S}{item})"
 
 
+_PRINTED: dict[int, tuple[object, str]] = {}
+_PRINTED_MAX = 4096
+
+
+def printed(value: object) -> str:
+    """`str(value)` of a frozen value, remembered for the very same object.
+
+    Ranges and resource specs parsed from text are cached and shared by every config that
+    writes the same text, and the defaults are shared too; a plan prints (normalises) each of
+    them once per resource. The entry keeps its object alive, so its id cannot be reused.
+    """
+    hit = _PRINTED.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    text = str(value)
+    if len(_PRINTED) < _PRINTED_MAX:
+        _PRINTED[id(value)] = (value, text)
+    return text
+
+
 def describe(value: object) -> str:
     """Show a user's value in an error message: short, YAML-flavoured, never raising."""
     if isinstance(value, str):
@@ -192,6 +212,7 @@ def parse_idle_duration(value: object) -> int | Literal["off"]:
     return _parse_seconds(value, _IDLE_FORMS)
 
 
+@functools.lru_cache(maxsize=1024, typed=True)
 def format_duration(value: int | str | None) -> str | None:
     """Print seconds in the largest unit that divides them exactly (120 -> `2m`)."""
     if value is None or isinstance(value, str):
@@ -475,7 +496,7 @@ class Range(BaseModel, Generic[T]):
 
     @model_serializer(mode="plain")
     def _serialize(self) -> str:
-        return str(self)
+        return printed(self)
 
     @classmethod
     def __get_pydantic_json_schema__(

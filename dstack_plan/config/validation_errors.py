@@ -7,11 +7,12 @@ import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from dstack_plan.config.locate import PathItem, Target
+if TYPE_CHECKING:  # the locator (ruamel.yaml) is only imported when there is an error
+    from dstack_plan.config.locate import PathItem, Target
 
 
 @dataclass(frozen=True)

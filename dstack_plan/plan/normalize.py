@@ -24,10 +24,18 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted paths to leaves; lists are leaves (they are compared whole)."""
     if isinstance(data, dict) and data:
         flat: dict[str, Any] = {}
-        for key, value in data.items():
-            flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        _flatten_into(flat, data, prefix)
         return flat
     return {prefix: data}
+
+
+def _flatten_into(flat: dict[str, Any], data: dict[Any, Any], prefix: str) -> None:
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            _flatten_into(flat, value, path)
+        else:
+            flat[path] = value
 
 
 def get_path(data: dict[str, Any], path: str) -> Any:

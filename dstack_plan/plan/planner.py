@@ -56,11 +56,11 @@ def make_plan(inputs: PlanInputs) -> Plan:
     state = inputs.state
     options = inputs.options
     _check_known(options, desired, state)
-    graph = dag.build(_edges(desired, state))
+    graph, batches = dag.build_ordered(_edges(desired, state))
     selected = _selected(graph, options, desired, state)
 
     changes: list[ResourceChange] = []
-    for address in _ordered(graph, selected):
+    for address in _ordered(batches, selected):
         current = state.get(address)
         wanted = None if options.destroy else desired.get(address)
         change = _classify(address, wanted, current, inputs)
@@ -107,8 +107,8 @@ def _selected(
     return dag.with_dependencies(graph, options.targets)
 
 
-def _ordered(graph: Any, selected: set[str]) -> list[str]:
-    return [a for batch in dag.batches(graph) for a in batch if a in selected]
+def _ordered(batches: list[list[str]], selected: set[str]) -> list[str]:
+    return [a for batch in batches for a in batch if a in selected]
 
 
 def _classify(

@@ -13,6 +13,7 @@ import platform
 import socket
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dstack_plan.agent.api_models import HostFacts
 from dstack_plan.agent.client import AgentClient
@@ -105,6 +106,9 @@ class LocalProvider(Provider):
             return self._client
 
     def _start_agent(self) -> AgentClient:
+        running = _running_agent(self.agent_dir)
+        if running is not None:
+            return running
         from dstack_plan.agent.daemon import DaemonError, start
         from dstack_plan.agent.datadir import DataDir
         from dstack_plan.agent.protocol import DEFAULT_LOG_MAX_BYTES
@@ -113,9 +117,46 @@ class LocalProvider(Provider):
             start(DataDir(self.agent_dir), 0, DEFAULT_LOG_MAX_BYTES, AGENT_START_TIMEOUT)
         except (DaemonError, OSError) as e:
             raise AgentError("localhost", f"cannot start the local agent: {e}") from None
-        return AgentClient.from_data_dir(self.agent_dir, host="localhost")
+        return _client(self.agent_dir)
 
     async def close(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _running_agent(agent_dir: Path) -> AgentClient | None:
+    """A client for the agent already serving `agent_dir`, or None (then `start` it).
+
+    Checked without importing the daemon and its runtimes, which would cost more than the
+    rest of a small `dstack plan`.
+    """
+    from dstack_plan.agent.datadir import DataDir
+    from dstack_plan.agent.liveness import connection_info
+
+    if connection_info(DataDir(agent_dir)) is None:
+        return None
+    try:
+        return _client(agent_dir)
+    except AgentError:
+        return None
+
+
+def _client(agent_dir: Path) -> AgentClient:
+    """A client of the agent serving `agent_dir`.
+
+    It listens on 127.0.0.1 and speaks plain HTTP, so the client gets a transport without a
+    TLS context: httpx's default one loads the CA bundle, ~40 ms at every CLI start.
+    """
+    import httpx
+
+    from dstack_plan.agent.datadir import DataDir, read_json
+
+    kwargs: dict[str, Any] = {"host": "localhost"}
+    try:
+        plain = str(read_json(DataDir(agent_dir).connection_file)["url"]).startswith("http://")
+    except (OSError, ValueError, KeyError, TypeError):
+        plain = False  # from_data_dir says what is wrong
+    if plain:
+        kwargs["transport"] = httpx.AsyncHTTPTransport(verify=False, trust_env=False)
+    return AgentClient.from_data_dir(agent_dir, **kwargs)

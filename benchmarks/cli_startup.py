@@ -1,0 +1,129 @@
+"""Whole-process wall time of the `dstack` console script: `--help`, and `plan` on a small project.
+
+The installed console script (`<venv>/bin/dstack`) runs as a subprocess, as a user runs it: the
+median of N runs of each, alternating. `plan` is a 3-resource project (a task, a service and a
+dev environment, no state yet) on the local fleet, with the local agent already running
+(started by a warm-up run that is not timed), so it loads, asks the agent for host facts,
+places the runs and prints the plan.
+
+Bytecode: an installed package has its `.pyc` files, so the headline runs with a bytecode cache
+(`PYTHONPYCACHEPREFIX` in a temp dir, filled by the warm-up runs). The last column repeats the
+runs the way this sandbox runs Python (`PYTHONDONTWRITEBYTECODE=1` and no `.pyc` files for
+`dstack_plan`, so every run compiles its modules).
+
+Targets: `--help` under 0.25 s, `plan` under 0.5 s. (dstack's own CLI takes ~1 s for `--help`.)
+
+    python benchmarks/cli_startup.py [-n 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGETS = {"--help": 0.25, "plan": 0.5}
+PROJECT = """\
+type: task
+name: hello
+commands:
+  - echo hi
+resources: {cpu: 1.., memory: 0.1GB.., disk: 1GB..}
+---
+type: service
+name: web
+commands:
+  - python3 -m http.server 8000
+port: 8000
+resources: {cpu: 1.., memory: 0.1GB..}
+---
+type: dev-environment
+name: dev
+ide: vscode
+resources: {cpu: 1..}
+"""
+
+
+def console_script() -> Path:
+    script = Path(sys.executable).parent / "dstack"
+    if not script.exists():
+        raise SystemExit(f"{script} not found: install the project (pip install -e .)")
+    return script
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], expect: str) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0 or expect not in done.stdout:
+        command = " ".join(argv)
+        raise SystemExit(f"{command} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    return elapsed
+
+
+def measure(script: Path, project: Path, env: dict[str, str], n: int) -> dict[str, list[float]]:
+    commands = {
+        "--help": ([str(script), "--help"], "Usage"),
+        "plan": ([str(script), "plan"], "Plan: 3 to add, 0 to change, 0 to destroy."),
+    }
+    for argv, expect in commands.values():  # warm-up: agent, bytecode cache, page cache
+        for _ in range(2):
+            run(argv, project, env, expect)
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(n):
+        for name, (argv, expect) in commands.items():
+            times[name].append(run(argv, project, env, expect))
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-n", type=int, default=10, help="timed runs of each command")
+    args = parser.parse_args()
+    script = console_script()
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        project = tmp / "project"
+        project.mkdir()
+        (project / "app.dstack.yml").write_text(PROJECT)
+        agent_dir = tmp / "agent"
+        base = {k: v for k, v in os.environ.items() if not k.startswith("DSTACK_")}
+        base.update(NO_COLOR="1", COLUMNS="120", DSTACK_PLAN_AGENT_DIR=str(agent_dir))
+        cached = {k: v for k, v in base.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cached["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        sandbox = {**base, "PYTHONDONTWRITEBYTECODE": "1"}
+        sandbox.pop("PYTHONPYCACHEPREFIX", None)
+        try:
+            with_cache = measure(script, project, cached, args.n)
+            without_cache = measure(script, project, sandbox, args.n)
+        finally:
+            subprocess.run(
+                [sys.executable, "-m", "dstack_plan.agent", "stop", "--data-dir", str(agent_dir)],
+                capture_output=True,
+                timeout=60,
+            )
+    header = ("command", "median s", "min s", "max s", "target", "no .pyc")
+    print("{:<14} {:>9} {:>7} {:>7} {:>7}  {:>8}".format(*header))
+    for name, target in TARGETS.items():
+        values = with_cache[name]
+        print(
+            f"dstack {name:<7} {statistics.median(values):>9.3f} {min(values):>7.3f} "
+            f"{max(values):>7.3f} {target:>7.2f}  {statistics.median(without_cache[name]):>8.3f}"
+        )
+    medians = {name: statistics.median(with_cache[name]) for name in TARGETS}
+    ok = all(medians[name] < target for name, target in TARGETS.items())
+    print(
+        f"dstack --help {medians['--help']:.3f} s (target < {TARGETS['--help']} s), "
+        f"dstack plan {medians['plan']:.3f} s (target < {TARGETS['plan']} s), "
+        f"median of {args.n} -> {'OK' if ok else 'MISS'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -129,7 +129,7 @@ def measure(n: int, files: int, repeats: int) -> float:
 
 def main() -> int:
     rows = []
-    for n, repeats in ((1_000, 11), (10_000, 5)):
+    for n, repeats in ((1_000, 15), (10_000, 7)):
         for files in (1, n // 10):
             rows.append((n, files, measure(n, files, repeats)))
     print(f"{'resources':>10} {'files':>6} {'seconds':>8} {'us/resource':>12}")

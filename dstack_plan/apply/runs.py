@@ -19,6 +19,7 @@ from dstack_plan.providers.local import LOCAL_FLEET, LocalProvider
 from dstack_plan.state.model import ResourceState
 
 _ACTIVE = (JobStatus.RUNNING, JobStatus.PULLING)
+MAX_CONCURRENT_STOPS = 16
 STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
 
@@ -49,7 +50,8 @@ class RunHandler(ResourceHandler):
         self.secrets = secrets
         self.deployment = deployment
 
-    async def _agent(self, fleet: str, address: str) -> AgentClient:
+    async def agent_for(self, fleet: str, address: str) -> AgentClient:
+        """The agent client of the fleet a run is on (only the local fleet has one so far)."""
         if fleet != LOCAL_FLEET:
             raise ProviderError(
                 "fleet", f"fleet {fleet!r} has no provider in this version yet", address
@@ -61,7 +63,7 @@ class RunHandler(ResourceHandler):
         spec = spec_from_normalized(change.kind, change.after)
         assert isinstance(spec, RunSpec)
         fleet = change.placement.fleet if change.placement else LOCAL_FLEET
-        agent = await self._agent(fleet, change.address)
+        agent = await self.agent_for(fleet, change.address)
         generation = int(ctx.clock.now() * 1000)
         attributes: dict[str, Any] = {
             "fleet": fleet,
@@ -84,7 +86,7 @@ class RunHandler(ResourceHandler):
         if not isinstance(spec, ServiceSpec):
             return Outcome(status=current.status, attributes=attributes)
         # scale a service: add missing replicas, stop the surplus
-        agent = await self._agent(str(attributes.get("fleet", LOCAL_FLEET)), change.address)
+        agent = await self.agent_for(str(attributes.get("fleet", LOCAL_FLEET)), change.address)
         records = list(attributes.get("jobs", []))
         wanted = slots(spec)
         have = {(r["replica"], r["node"]) for r in records}
@@ -106,7 +108,7 @@ class RunHandler(ResourceHandler):
         records = list(current.attributes.get("jobs", []))
         if not records:
             return Refreshed(current.status, dict(current.attributes))
-        agent = await self._agent(_fleet(current), current.address)
+        agent = await self.agent_for(_fleet(current), current.address)
         return _refreshed(current, await _infos(agent, [r["id"] for r in records]))
 
     async def refresh_many(
@@ -122,14 +124,14 @@ class RunHandler(ResourceHandler):
             fleet = _fleet(current)
             jobs = listings.get(fleet)
             if jobs is None:
-                agent = await self._agent(fleet, current.address)
+                agent = await self.agent_for(fleet, current.address)
                 jobs = listings[fleet] = {j.id: j for j in await agent.list_jobs()}
             found[current.address] = _refreshed(current, jobs)
         return found
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
         fleet = str(current.attributes.get("fleet", LOCAL_FLEET))
-        agent = await self._agent(fleet, current.address)
+        agent = await self.agent_for(fleet, current.address)
         spec = spec_from_normalized(current.kind, current.spec)
         assert isinstance(spec, RunSpec)
         ids = {r["id"] for r in current.attributes.get("jobs", [])}
@@ -169,17 +171,21 @@ class RunHandler(ResourceHandler):
     async def _stop_and_remove(self, agent: AgentClient, ids: list[str], spec: RunSpec) -> None:
         timeout = float(spec.stop_duration) if spec.stop_duration != "off" else 0.0
 
-        async def one(job_id: str) -> None:
-            try:
-                info = await agent.get_job(job_id)
-                if not info.finished:
-                    await agent.stop(job_id, timeout=timeout)
-                    await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
-                await agent.delete(job_id, force=True)
-            except AgentError as e:
-                if e.status != 404:
-                    raise
+        limit = asyncio.Semaphore(MAX_CONCURRENT_STOPS)
 
+        async def one(job_id: str) -> None:
+            async with limit:
+                try:
+                    info = await agent.get_job(job_id)
+                    if not info.finished:
+                        await agent.stop(job_id, timeout=timeout)
+                        await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
+                    await agent.delete(job_id, force=True)
+                except AgentError as e:
+                    if e.status != 404:
+                        raise
+
+        # all jobs stop in parallel (each may wait out its graceful window), at most N at once
         await asyncio.gather(*(one(i) for i in ids))
 
 

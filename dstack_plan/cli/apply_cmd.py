@@ -177,25 +177,27 @@ async def _confirm(destroy: bool) -> bool:
 
 
 def _print_event(address: str, phase: str, message: str) -> None:
-    from dstack_plan.cli.output import print_lines
+    from dstack_plan.cli.output import escape, print_lines
 
     color = {"failed": "red", "skipped": "yellow", "interrupt": "yellow", "abort": "red"}
-    text = f"{address}: {message}" if address else message
+    text = escape(f"{address}: {message}" if address else message)
     style = color.get(phase)
-    print_lines([f"[{style}]{text}[/]" if style else text])
+    print_lines([f"[{style}]{text}[/]" if style else text], stderr=phase in ("failed", "abort"))
 
 
 def _report_lines(report) -> list[str]:  # noqa: ANN001 - ApplyReport, imported lazily
+    from dstack_plan.cli.output import escape
+
     lines = []
-    for result in report.failed:
-        lines.append(f"[red]Error:[/] {result.address}: {result.message}")
-    for result in report.skipped:
-        lines.append(f"[yellow]Skipped:[/] {result.address}: {result.message}")
-    for result in report.not_started:
-        lines.append(f"[yellow]Not started:[/] {result.address}: {result.message}")
+    for label, results in (
+        ("[red]Error:[/]", report.failed),
+        ("[yellow]Skipped:[/]", report.skipped),
+        ("[yellow]Not started:[/]", report.not_started),
+    ):
+        lines += [f"{label} {escape(r.address)}: {escape(r.message)}" for r in results]
     warning = report.abort_warning()
     if warning:
-        lines.append(f"[red]Warning:[/] {warning}")
+        lines.append(f"[red]Warning:[/] {escape(warning)}")
     color = "green" if report.ok else "red"
     lines.append(f"[bold {color}]{report.summary()}[/]")
     return lines

@@ -52,3 +52,10 @@ def print_lines(lines: list[str], stderr: bool = False) -> None:
     out = console(stderr=stderr)
     for line in lines:
         out.print(line)
+
+
+def escape(text: object) -> str:
+    """Text shown verbatim inside rich markup (error messages may contain `[...]`)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(str(text))

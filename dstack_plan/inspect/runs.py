@@ -97,14 +97,12 @@ def find_run(state: State, ref: str) -> ResourceState:
 
 
 async def agent_for(project: Project, fleet: str, address: str) -> AgentClient:
-    """The agent client of the fleet a run is on (only the local fleet has one so far)."""
-    from dstack_plan.providers.local import LOCAL_FLEET
+    """The agent client of the fleet a run is on, as the run handler reaches it."""
+    from dstack_plan.apply.runs import RunHandler
 
-    if fleet != LOCAL_FLEET:
-        raise ProviderError(
-            "fleet", f"fleet {fleet!r} has no provider in this version yet", address
-        )
-    return await project.local.agent()
+    handler = project.handlers()["task"]
+    assert isinstance(handler, RunHandler)
+    return await handler.agent_for(fleet, address)
 
 
 def job_records(run: ResourceState) -> list[dict[str, Any]]:

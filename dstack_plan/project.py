@@ -5,10 +5,9 @@ Everything the CLI does goes through `Project`; the CLI only parses flags and re
 
 from __future__ import annotations
 
-import gc
 import os
-from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.config.volume import VolumeSpec
+from dstack_plan.gcpause import gc_paused
 from dstack_plan.graph.references import dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Placement, Plan
 from dstack_plan.plan.normalize import normalized_spec
@@ -178,7 +178,7 @@ class Project:
         # A plan builds many small objects that all stay alive (specs, state, changes); the
         # cyclic GC would rescan them again and again for nothing (a quarter of the time of
         # a large plan). It is back on when the plan is made.
-        with _gc_paused():
+        with gc_paused():
             items = [] if options.destroy else self.desired_items()
             refresh = await self.refresh()
             placements = {} if options.destroy else await self.placements(items)
@@ -271,17 +271,6 @@ class Project:
 
     async def close(self) -> None:
         await self.local.close()
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 import re
@@ -19,6 +18,7 @@ from dstack_plan.config.kinds import SPEC_BY_KIND
 from dstack_plan.config.resource import Desired, Resource, Source
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.errors import ConfigError, ConfigIssue
+from dstack_plan.gcpause import gc_paused
 
 if TYPE_CHECKING:
     from dstack_plan.config.locate import Locator
@@ -56,15 +56,8 @@ def load_project(
 
     Raises ConfigError carrying every problem found in every file.
     """
-    # Loading allocates many small objects that all stay alive; the cyclic GC would rescan
-    # them again and again (quadratic-ish on big projects) for nothing.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _load_project(Path(directory), files, stdin)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _load_project(base: Path, files: Sequence[str | Path], stdin: str | None) -> Desired:

@@ -1,0 +1,24 @@
+"""Pausing Python's cyclic garbage collector around bulk work."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic GC for the body.
+
+    Loading and planning build many small objects that all stay alive; the collector would
+    rescan them again and again for nothing (a quarter of the time of a large plan).
+    Reference counting still frees everything that is dropped.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

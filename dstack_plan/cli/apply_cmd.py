@@ -104,7 +104,7 @@ async def _apply_flow(
     attach: bool,
 ) -> bool:
     from dstack_plan.apply.interrupt import Interrupt
-    from dstack_plan.cli.output import print_lines
+    from dstack_plan.cli.output import print_lines, progress
     from dstack_plan.cli.plan_view import render_plan
     from dstack_plan.errors import DstackPlanError
     from dstack_plan.plan.planfile import load_plan
@@ -119,7 +119,8 @@ async def _apply_flow(
         if saved_plan is not None:
             plan = load_plan(saved_plan)
         else:
-            plan, _ = await project.plan(options)
+            with progress("Refreshing state and planning..."):
+                plan, _ = await project.plan(options)
         print_lines(render_plan(plan))
         if not plan.has_changes:
             return True

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import traceback
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from dstack_plan.errors import ConfigError, DstackPlanError
@@ -59,3 +60,10 @@ def escape(text: object) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(str(text))
+
+
+def progress(message: str) -> AbstractContextManager[object]:
+    """A spinner on stderr while slow work runs; nothing when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return nullcontext()
+    return console(stderr=True).status(message)

@@ -24,7 +24,7 @@ def plan(
     ),
 ) -> None:
     """Show the changes apply would make, where runs go and what they cost."""
-    from dstack_plan.cli.output import print_json, print_lines
+    from dstack_plan.cli.output import print_json, print_lines, progress
     from dstack_plan.cli.plan_view import render_plan
     from dstack_plan.plan.planner import PlanOptions
 
@@ -35,7 +35,8 @@ def plan(
         replace=tuple(replace),
         allow_destroy_protected=tuple(allow_destroy),
     )
-    result, _ = common.run_with(project, lambda p: p.plan(options))
+    with progress("Refreshing state and planning..."):
+        result, _ = common.run_with(project, lambda p: p.plan(options))
     if out:
         from dstack_plan.plan.planfile import save_plan
 

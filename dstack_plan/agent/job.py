@@ -60,10 +60,9 @@ class Job:
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 
-    def record(self) -> dict[str, Any]:
-        """What goes to disk: the spec without secret values, plus state and runtime handles."""
+    def _common(self) -> dict[str, Any]:
+        """Fields both the disk record and the API view carry."""
         return {
-            "format": RECORD_FORMAT,
             "spec": self.spec.to_dict(redact=True),
             "runtime": self.runtime,
             "status": self.status,
@@ -74,12 +73,19 @@ class Job:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "gpus": list(self.gpus),
-            "gpu_vendor": self.gpu_vendor,
             "container_id": self.container_id,
             "container_name": self.container_name,
             "pid": self.pid,
-            "pid_start": self.pid_start,
             "ports": list(self.ports),
+        }
+
+    def record(self) -> dict[str, Any]:
+        """What goes to disk: the spec without secret values, plus state and runtime handles."""
+        return {
+            "format": RECORD_FORMAT,
+            **self._common(),
+            "gpu_vendor": self.gpu_vendor,
+            "pid_start": self.pid_start,
             "stop": None if self.stop is None else self.stop.to_dict(),
             "started": self.started,
         }
@@ -90,23 +96,10 @@ class Job:
             "id": self.id,
             "run_name": self.spec.run_name,
             "run_id": self.spec.run_id,
-            "runtime": self.runtime,
-            "status": self.status,
-            "termination_reason": self.termination_reason,
-            "termination_message": self.termination_message,
-            "exit_code": self.exit_code,
-            "submitted_at": self.submitted_at,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "gpus": list(self.gpus),
-            "container_id": self.container_id,
-            "container_name": self.container_name,
-            "pid": self.pid,
-            "ports": list(self.ports),
+            **self._common(),
             "log_size": self.logs.end,
             "log_first_offset": self.logs.first_offset,
             "logs_truncated": self.logs.first_offset > 0,
-            "spec": self.spec.to_dict(redact=True),
         }
 
     @classmethod

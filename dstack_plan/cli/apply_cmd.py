@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -40,21 +41,16 @@ def apply(
     options = PlanOptions(
         targets=tuple(target), replace=tuple(replace), allow_destroy_protected=tuple(allow_destroy)
     )
-    ok = common.run_with(
+    _run(
         project,
-        lambda p: _apply_flow(
-            p,
-            options,
-            saved_plan=str(target_path) if saved else None,
-            approve=auto_approve or saved,
-            interactive=interactive,
-            parallelism=parallelism,
-            lock_timeout=lock_timeout,
-            attach=attach,
-        ),
+        options,
+        saved_plan=str(target_path) if saved else None,
+        approve=auto_approve or saved,
+        interactive=interactive,
+        parallelism=parallelism,
+        lock_timeout=lock_timeout,
+        attach=attach,
     )
-    if not ok:
-        raise typer.Exit(1)
 
 
 def destroy(
@@ -75,20 +71,21 @@ def destroy(
     options = PlanOptions(
         destroy=True, targets=tuple(target), allow_destroy_protected=tuple(allow_destroy)
     )
-    ok = common.run_with(
+    _run(
         project,
-        lambda p: _apply_flow(
-            p,
-            options,
-            saved_plan=None,
-            approve=auto_approve,
-            interactive=interactive,
-            parallelism=parallelism,
-            lock_timeout=lock_timeout,
-            attach=False,
-        ),
+        options,
+        saved_plan=None,
+        approve=auto_approve,
+        interactive=interactive,
+        parallelism=parallelism,
+        lock_timeout=lock_timeout,
+        attach=False,
     )
-    if not ok:
+
+
+def _run(project, options, **flow: Any) -> None:  # noqa: ANN001 - imported lazily
+    """Run the apply flow; exit 1 unless everything succeeded."""
+    if not common.run_with(project, lambda p: _apply_flow(p, options, **flow)):
         raise typer.Exit(1)
 
 

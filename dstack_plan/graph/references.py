@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dstack_plan.config.fleet import FleetSpec
 from dstack_plan.config.gateway import GatewaySpec
 from dstack_plan.config.loader import issue_at
 from dstack_plan.config.resource import Desired
@@ -68,7 +67,3 @@ def _gateway_of(spec: ServiceSpec, default: str | None) -> str | None:
     if spec.gateway is None or spec.gateway is True:
         return default
     return spec.gateway
-
-
-def declared_fleet_names(desired: Desired) -> list[str]:
-    return [r.name for r in desired.of_kind("fleet") if isinstance(r.spec, FleetSpec)]

@@ -20,7 +20,8 @@ _ADDRESS_RE = re.compile(
 class Strict(BaseModel):
     """A frozen model that rejects unknown keys: every typo is an error, never ignored."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are no quantity a user means, and JSON (state, plans) cannot hold them
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 DEFERRED = ConfigDict(defer_build=True)

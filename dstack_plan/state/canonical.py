@@ -1,28 +1,57 @@
-"""Canonical JSON: one byte-exact rendering of a value, so hashes and files are stable."""
+"""Canonical JSON: one byte-exact rendering of a value, so hashes and files are stable.
+
+orjson renders it: a 10,000-resource state is hashed on every read and written after every
+resource an apply changes, and the standard library's encoder is five to ten times slower.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 from typing import Any
+
+import orjson
+
+_SORTED = orjson.OPT_SORT_KEYS
+_SORTED_INDENTED = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
 
 
 def canonical_json(data: Any) -> str:
     """Render `data` as sorted-key, 2-space-indented JSON with a trailing newline.
 
     This is the on-disk form of state files: diffs of two versions stay readable and a
-    re-serialisation of parsed content is byte-identical.
+    re-serialisation of parsed content is byte-identical. Raises ValueError for what JSON
+    cannot hold (NaN, infinities, non-string keys, other types).
     """
-    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return _dumps(data, _SORTED_INDENTED).decode("utf-8") + "\n"
 
 
-def compact_json(data: Any) -> str:
-    """Render `data` as sorted-key JSON without whitespace (the input of content hashes)."""
-    return json.dumps(
-        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+def compact_json(data: Any) -> bytes:
+    """Render `data` as sorted-key UTF-8 JSON without whitespace (the input of content hashes)."""
+    return _dumps(data, _SORTED)
 
 
 def spec_hash(spec: Any) -> str:
     """Return the hex sha256 of the compact canonical JSON of `spec`; stable across key order."""
-    return hashlib.sha256(compact_json(spec).encode("utf-8")).hexdigest()
+    return hashlib.sha256(compact_json(spec)).hexdigest()
+
+
+def _dumps(data: Any, option: int) -> bytes:
+    try:
+        rendered = orjson.dumps(data, option=option)
+    except orjson.JSONEncodeError as err:
+        raise ValueError(f"not JSON: {err}") from None
+    # orjson writes NaN and infinities as null; a state must not change a value silently
+    if b"null" in rendered and _has_non_finite(data):
+        raise ValueError("not JSON: NaN and infinities have no JSON form")
+    return rendered
+
+
+def _has_non_finite(data: Any) -> bool:
+    if isinstance(data, float):
+        return not math.isfinite(data)
+    if isinstance(data, dict):
+        return any(_has_non_finite(v) for v in data.values())
+    if isinstance(data, list | tuple):
+        return any(_has_non_finite(v) for v in data)
+    return False

@@ -164,6 +164,7 @@ CASES = [
     ),
     ("resources-not-a-mapping", "type: task\ncommands: [x]\nresources: 5\n", 3, 12, "resources"),
     ("negative-max-price", "type: task\ncommands: [x]\nmax_price: -1\n", 3, 12, "max_price"),
+    ("infinite-max-price", "type: task\ncommands: [x]\nmax_price: .inf\n", 3, 12, "finite"),
     ("bad-cron", "type: task\ncommands: [x]\nschedule:\n  cron: '* *'\n", 4, 9, "cron"),
     ("two-repos", "type: task\ncommands: [x]\nrepos: [a, b]\n", 3, 8, "repos"),
     (

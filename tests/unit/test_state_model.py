@@ -15,6 +15,7 @@ from dstack_plan.state import (
     FORMAT_VERSION,
     ResourceState,
     State,
+    canonical_json,
     parse_address,
     parse_state,
     prepare_write,
@@ -190,6 +191,17 @@ class TestFileFormat:
         assert text.endswith("}\n") and '\n  "format_version": 1,\n' in text
         keys = list(json.loads(text))
         assert keys == sorted(keys)
+
+    @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+    def test_non_finite_numbers_are_refused_not_written_as_null(self, value: float) -> None:
+        with pytest.raises(ValueError, match="NaN and infinities"):
+            canonical_json({"spec": {"max_price": value}})
+        with pytest.raises(ValueError, match="NaN and infinities"):
+            spec_hash({"max_price": [1, value]})
+
+    def test_state_that_mentions_nan_in_a_string_still_parses(self) -> None:
+        state = State.empty().with_resource(resource(spec={"commands": ["echo NaN Infinity"]}))
+        assert parse_state(state.to_json().encode(), "s") == state
 
     def test_unicode_kept_readable(self) -> None:
         state = State.empty().with_resource(resource(spec={"title": "Grüße"}))

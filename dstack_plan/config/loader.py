@@ -18,6 +18,7 @@ from dstack_plan.config.kinds import SPEC_BY_KIND
 from dstack_plan.config.resource import Desired, Resource, Source
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.errors import ConfigError, ConfigIssue
+from dstack_plan.forkmap import fork_map
 from dstack_plan.gcpause import gc_paused
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ _SKIP_DIRS = {
 _CONFIG_SUFFIXES = (".dstack.yml", ".dstack.yaml")
 _INVALID_NAME_CHARS = re.compile(r"[^a-z0-9]+")
 STDIN = "-"
+PARALLEL_LOAD_BYTES = 128 * 1024
+"""Below this much YAML in all, loading on other cores costs more than it saves."""
 
 
 def discover(directory: Path) -> list[Path]:
@@ -67,16 +70,20 @@ def _load_project(base: Path, files: Sequence[str | Path], stdin: str | None) ->
         if not base.is_dir():
             raise ConfigError.at(base, 1, 1, "not a directory")
         paths = list(discover(base))
-    loaded: list[Resource] = []
-    issues: list[ConfigIssue] = []
+    read: list[tuple[str, str] | ConfigIssue] = []
     for path in paths:
         display = "<stdin>" if path == STDIN else _display_path(Path(path), base)
         try:
-            text = _read(path, stdin)
+            read.append((display, _read(path, stdin)))
         except OSError as e:
-            issues.append(ConfigIssue(display, 1, 1, f"cannot read file: {e.strerror or e}"))
-            continue
-        resources, file_issues = load_text(text, display, name_hint=_name_hint(display))
+            read.append(ConfigIssue(display, 1, 1, f"cannot read file: {e.strerror or e}"))
+    texts = [entry for entry in read if not isinstance(entry, ConfigIssue)]
+    weights = [len(text) for _, text in texts]
+    results = iter(fork_map(_load_file, texts, weights, min_weight=PARALLEL_LOAD_BYTES))
+    loaded: list[Resource] = []
+    issues: list[ConfigIssue] = []
+    for entry in read:
+        resources, file_issues = ([], [entry]) if isinstance(entry, ConfigIssue) else next(results)
         loaded.extend(resources)
         issues.extend(file_issues)
     desired, duplicate_issues = _index(loaded, lambda d: _text_of(d, paths, base, stdin))
@@ -114,6 +121,12 @@ def load_text(
 
     locator = Locator(text)
     return resources, [_locate(p, display, locator) for p in pending]
+
+
+def _load_file(file: tuple[str, str]) -> tuple[list[Resource], list[ConfigIssue]]:
+    """`load_text` for one `(display name, text)` pair; what `fork_map` runs on other cores."""
+    display, text = file
+    return load_text(text, display, name_hint=_name_hint(display))
 
 
 def _build(

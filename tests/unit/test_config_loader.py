@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from dstack_plan import forkmap
+from dstack_plan.config import loader
 from dstack_plan.config.loader import discover, load_project
 from dstack_plan.errors import ConfigError
 
@@ -129,3 +131,36 @@ def test_defaults_are_filled_so_equivalent_configs_are_equal(tmp_path: Path) -> 
     (ra,) = load_project(tmp_path, [a])
     (rb,) = load_project(tmp_path, [b])
     assert ra.spec.model_dump(mode="json") == rb.spec.model_dump(mode="json")
+
+
+def test_loading_on_several_cores_gives_what_one_core_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Big projects load in forked workers; resources, derived names and errors are the same."""
+    for i in range(12):
+        docs = [TASK.format(name=f"t{i}-{j}") for j in range(3)]
+        docs.append("type: task\ncommands: [echo]\n")  # name derived from the file
+        if i in (2, 9):  # broken files in the first and last slice
+            docs.append("type: task\nname: bad\nmax_duration: forever\n")
+        write(tmp_path / f"g{i:02d}.dstack.yml", "---\n".join(docs))
+    write(tmp_path / "z-syntax.dstack.yml", "type: task\ncommands: [echo\n")
+
+    def outcome() -> tuple[list[str], list[str]]:
+        with pytest.raises(ConfigError) as info:
+            load_project(tmp_path)
+        return [str(i) for i in info.value.issues], sorted(discover(tmp_path.resolve()))
+
+    serial = outcome()
+    monkeypatch.setattr(loader, "PARALLEL_LOAD_BYTES", 0)
+    monkeypatch.setattr(forkmap, "available_cores", lambda: 3)  # fork even on one core
+    assert outcome() == serial
+    assert len(serial[0]) == 3 and "g02.dstack.yml:" in serial[0][0]
+    assert "z-syntax.dstack.yml:3:1: error: invalid YAML" in serial[0][-1]
+
+    (tmp_path / "g02.dstack.yml").unlink()
+    (tmp_path / "g09.dstack.yml").unlink()
+    (tmp_path / "z-syntax.dstack.yml").unlink()
+    parallel = load_project(tmp_path)
+    monkeypatch.setattr(loader, "PARALLEL_LOAD_BYTES", 10**12)
+    assert load_project(tmp_path) == parallel
+    assert len(parallel.resources) == 40 and "task.g11" in parallel.resources

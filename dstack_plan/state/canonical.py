@@ -23,28 +23,32 @@ def canonical_json(data: Any) -> str:
     re-serialisation of parsed content is byte-identical. Raises ValueError for what JSON
     cannot hold (NaN, infinities, non-string keys, other types).
     """
-    return _dumps(data, _SORTED_INDENTED).decode("utf-8") + "\n"
-
-
-def compact_json(data: Any) -> bytes:
-    """Render `data` as sorted-key UTF-8 JSON without whitespace (the input of content hashes)."""
-    return _dumps(data, _SORTED)
-
-
-def spec_hash(spec: Any) -> str:
-    """Return the hex sha256 of the compact canonical JSON of `spec`; stable across key order."""
-    return hashlib.sha256(compact_json(spec)).hexdigest()
-
-
-def _dumps(data: Any, option: int) -> bytes:
     try:
-        rendered = orjson.dumps(data, option=option)
+        rendered = orjson.dumps(data, option=_SORTED_INDENTED)
     except orjson.JSONEncodeError as err:
         raise ValueError(f"not JSON: {err}") from None
     # orjson writes NaN and infinities as null; a state must not change a value silently
     if b"null" in rendered and _has_non_finite(data):
         raise ValueError("not JSON: NaN and infinities have no JSON form")
-    return rendered
+    return rendered.decode("utf-8") + "\n"
+
+
+def compact_json(data: Any) -> bytes:
+    """Render `data` as sorted-key UTF-8 JSON without whitespace (the input of content hashes).
+
+    NaN and infinities render as null here, unchecked: hashing runs for every resource of
+    every state read, and neither configs nor state files can hold them (`canonical_json`,
+    which writes the files, refuses them).
+    """
+    try:
+        return orjson.dumps(data, option=_SORTED)
+    except orjson.JSONEncodeError as err:
+        raise ValueError(f"not JSON: {err}") from None
+
+
+def spec_hash(spec: Any) -> str:
+    """Return the hex sha256 of the compact canonical JSON of `spec`; stable across key order."""
+    return hashlib.sha256(compact_json(spec)).hexdigest()
 
 
 def _has_non_finite(data: Any) -> bool:

@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import networkx as nx
-
 from dstack_plan.graph import dag
 from dstack_plan.plan.model import Action, Plan, ResourceChange
 from dstack_plan.state.model import State
@@ -79,9 +77,7 @@ def schedule(plan: Plan, state: State) -> Schedule:
     dependents = {a: frozenset(w) for a, w in waiting.items()}
 
     graph = dag.build({a: dependencies[a] | dependents[a] for a in changes})
-    before_deletes: set[str] = set()
-    for address in deletes:
-        before_deletes |= nx.ancestors(graph, address)
+    before_deletes = dag.with_dependencies(graph, deletes)
     gated = frozenset(a for a in forward if a not in before_deletes) if deletes else frozenset()
 
     delete_order = [c.address for c in reversed(plan.changes) if c.address in deletes]

@@ -24,7 +24,7 @@ from pathlib import Path
 from dstack_plan.agent.protocol import AGENT_VERSION
 
 AGENT_DIR = Path(__file__).resolve().parent
-CONTROLLER_ONLY = frozenset({"client.py", "api_models.py", "build.py"})
+CONTROLLER_ONLY = frozenset({"client.py", "http.py", "api_models.py", "build.py"})
 VENDORED = ("docker", "requests", "urllib3", "idna", "certifi", "charset_normalizer")
 _SKIP_SUFFIXES = (".so", ".pyd", ".pyc", ".pyi")
 

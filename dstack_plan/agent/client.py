@@ -1,10 +1,10 @@
 """The controller's async client for one host agent.
 
-It talks HTTP to a base URL: the agent's own 127.0.0.1 address on the local machine, or the
-local end of an SSH tunnel; any `httpx.AsyncBaseTransport` can be plugged in instead. Connection
-failures are retried a bounded number of times (every request is safe to repeat: a job submit
-carries its id, and the agent answers a repeated identical submit with the existing job).
-Every failure surfaces as `AgentError(host, message, status)`.
+It talks HTTP to a base URL: the agent's own 127.0.0.1 address on the local machine; or, given
+a `connect` function, over whatever stream pair that opens (a channel of an SSH connection to a
+remote host). Connection failures are retried a bounded number of times (every request is
+safe to repeat: a job submit carries its id, and the agent answers a repeated identical submit
+with the existing job). Every failure surfaces as `AgentError(host, message, status)`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
-import httpx
 from pydantic import SecretStr
 
 from dstack_plan.agent.api_models import (
@@ -28,6 +27,14 @@ from dstack_plan.agent.api_models import (
     JobSpec,
     JobStatus,
     LogChunk,
+)
+from dstack_plan.agent.http import (
+    Connector,
+    HttpClient,
+    Response,
+    StreamingResponse,
+    TransportError,
+    tcp,
 )
 from dstack_plan.agent.protocol import CONNECTION_FILE, HEADER_LOG_FIRST_OFFSET, HEADER_LOG_OFFSET
 from dstack_plan.clock import Clock, SystemClock
@@ -40,7 +47,7 @@ DEFAULT_RETRIES = 3
 FOLLOW_IDLE_TIMEOUT = 30
 
 
-def _message(response: httpx.Response) -> str:
+def _message(response: Response) -> str:
     try:
         error = response.json().get("error")
         if isinstance(error, dict) and error.get("message"):
@@ -49,6 +56,14 @@ def _message(response: httpx.Response) -> str:
         pass
     text = response.text.strip()[:500]
     return text or response.reason_phrase or f"HTTP {response.status_code}"
+
+
+def _target(path: str, params: dict[str, Any] | None) -> str:
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def _header(response: StreamingResponse, name: str, default: int) -> str | int:
+    return response.headers.get(name.lower(), default)
 
 
 class AgentClient:
@@ -60,7 +75,7 @@ class AgentClient:
         token: str | SecretStr,
         *,
         host: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        connect: Connector | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,
         retry_delay: float = 0.2,
@@ -73,12 +88,17 @@ class AgentClient:
         self.retries = retries
         self.retry_delay = retry_delay
         self._clock = clock or SystemClock()
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            transport=transport,
-            timeout=httpx.Timeout(timeout),
+        address = urlsplit(self.base_url)
+        if connect is None:
+            if address.scheme != "http" or not address.hostname:
+                raise ValueError(f"agent URL must be http://HOST:PORT, got {base_url!r}")
+            connect = tcp(address.hostname, address.port or 80)
+        # never a proxy from the environment: nothing but the agent may see its token
+        self._http = HttpClient(
+            connect,
+            host=address.netloc or self.host,
             headers={"Authorization": f"Bearer {secret}"},
-            trust_env=False,  # a proxy from the environment must never see the agent token
+            timeout=timeout,
         )
 
     @classmethod
@@ -94,8 +114,7 @@ class AgentClient:
         return cls(info.url, token, **kwargs)
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
+        """Nothing stays open between requests; kept so callers can close any client."""
 
     async def __aenter__(self) -> AgentClient:
         return self
@@ -116,25 +135,24 @@ class AgentClient:
         body: Any = None,
         params: dict[str, Any] | None = None,
         timeout: float | None = None,
-    ) -> httpx.Response:
+    ) -> Response:
         content = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if content is not None else None
         for attempt in range(self.retries + 1):
             try:
                 response = await self._http.request(
                     method,
-                    path,
+                    _target(path, params),
                     content=content,
                     headers=headers,
-                    params=params,
                     timeout=self.timeout if timeout is None else timeout,
                 )
-            except httpx.TransportError as e:
+            except TransportError as e:
                 if attempt >= self.retries:
                     raise AgentError(
                         self.host,
                         f"{method} {path}: cannot reach the agent after {attempt + 1} "
-                        f"attempt(s): {type(e).__name__}: {e}",
+                        f"attempt(s): {e}",
                     ) from e
                 log.debug("%s %s: %s; retrying", method, path, e)
                 await self._backoff(attempt)
@@ -238,14 +256,14 @@ class AgentClient:
         path = self._job_path(job_id) + "/logs"
         while True:
             params = {"offset": position, "follow": "1", "idle_timeout": idle_timeout}
-            timeout = httpx.Timeout(self.timeout, read=idle_timeout + self.timeout)
             try:
-                async with self._http.stream("GET", path, params=params, timeout=timeout) as r:
+                async with self._http.stream(
+                    "GET", _target(path, params), read_timeout=idle_timeout + self.timeout
+                ) as r:
                     if r.status_code >= 400:
-                        await r.aread()
-                        raise AgentError(self.host, _message(r), r.status_code)
-                    start = int(r.headers.get(HEADER_LOG_OFFSET, position))
-                    first = int(r.headers.get(HEADER_LOG_FIRST_OFFSET, 0))
+                        raise AgentError(self.host, _message(await r.aread()), r.status_code)
+                    start = int(_header(r, HEADER_LOG_OFFSET, position))
+                    first = int(_header(r, HEADER_LOG_FIRST_OFFSET, 0))
                     truncated = start > position
                     position = start
                     async for data in r.aiter_raw():
@@ -262,12 +280,10 @@ class AgentClient:
                         truncated = False
                         position += len(data)
                         failures = 0
-            except httpx.TransportError as e:
+            except TransportError as e:
                 failures += 1
                 if failures > self.retries:
-                    raise AgentError(
-                        self.host, f"following logs of {job_id} failed: {type(e).__name__}: {e}"
-                    ) from e
+                    raise AgentError(self.host, f"following logs of {job_id} failed: {e}") from e
                 await self._backoff(failures - 1)
                 continue
             info = await self.get_job(job_id)

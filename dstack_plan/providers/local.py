@@ -13,7 +13,6 @@ import platform
 import socket
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from dstack_plan.agent.api_models import HostFacts
 from dstack_plan.agent.client import AgentClient
@@ -143,20 +142,5 @@ def _running_agent(agent_dir: Path) -> AgentClient | None:
 
 
 def _client(agent_dir: Path) -> AgentClient:
-    """A client of the agent serving `agent_dir`.
-
-    It listens on 127.0.0.1 and speaks plain HTTP, so the client gets a transport without a
-    TLS context: httpx's default one loads the CA bundle, ~40 ms at every CLI start.
-    """
-    import httpx
-
-    from dstack_plan.agent.datadir import DataDir, read_json
-
-    kwargs: dict[str, Any] = {"host": "localhost"}
-    try:
-        plain = str(read_json(DataDir(agent_dir).connection_file)["url"]).startswith("http://")
-    except (OSError, ValueError, KeyError, TypeError):
-        plain = False  # from_data_dir says what is wrong
-    if plain:
-        kwargs["transport"] = httpx.AsyncHTTPTransport(verify=False, trust_env=False)
-    return AgentClient.from_data_dir(agent_dir, **kwargs)
+    """A client of the agent serving `agent_dir` (it listens on 127.0.0.1)."""
+    return AgentClient.from_data_dir(agent_dir, host="localhost")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -61,8 +62,7 @@ async def test_bad_requests_get_clear_errors_and_the_agent_keeps_serving(
     async with raw(agent, token="wrong") as http:
         r = await http.get("/jobs")
         assert r.status_code == 401 and "invalid bearer token" in r.json()["error"]["message"]
-    wrong = agent.client()
-    wrong._http.headers["Authorization"] = "Bearer nope"
+    wrong = AgentClient(agent.url, "nope", retries=0)
     with pytest.raises(AgentError) as e:
         await wrong.health()
     assert e.value.status == 401
@@ -143,14 +143,21 @@ async def test_client_gives_up_after_bounded_retries() -> None:
     assert time.monotonic() - started < 2
 
 
-async def test_client_over_a_custom_transport(agent: AgentProcess) -> None:
-    # What an SSH tunnel provides: any httpx transport, here a plain one with its own pool.
-    transport = httpx.AsyncHTTPTransport(retries=0)
-    client = agent.client(transport=transport, host="gpu-host-1")
+async def test_client_over_a_custom_connection(agent: AgentProcess) -> None:
+    # What an SSH channel provides: a reader/writer pair opened by a function of ours.
+    opened: list[str] = []
+    host, port = agent.url.removeprefix("http://").rsplit(":", 1)
+
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        opened.append("channel")
+        return await asyncio.open_connection(host, int(port))
+
+    client = agent.client(connect=connect, host="gpu-host-1")
     assert (await client.health()).version
     with pytest.raises(AgentError) as e:
         await client.get_job("ghost")
-    assert e.value.host == "gpu-host-1"
+    assert e.value.host == "gpu-host-1" and e.value.status == 404
+    assert opened == ["channel", "channel"]
 
 
 def agent_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -1,0 +1,212 @@
+"""HTTP/1.1 requests over any pair of asyncio-style streams, for the agent API.
+
+h11 speaks the protocol; the bytes travel over whatever `connect` opens: a TCP connection to
+the local agent, or a channel of an SSH connection to a remote one (asyncssh's
+`open_connection` gives the same reader/writer pair), so no local port has to be forwarded.
+Each request opens its own connection and closes it (`Connection: close`): the agent is near
+(loopback or one SSH channel away) and the API is a few calls per command.
+
+(httpx did this job first. With httpcore, anyio and their TLS setup, which a loopback or SSH
+hop never needs, it cost about 100 ms of every CLI start.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import h11
+
+READ_SIZE = 64 * 1024
+
+
+class Reader(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class Writer(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+    async def wait_closed(self) -> None: ...
+
+
+Connector = Callable[[], Awaitable[tuple[Reader, Writer]]]
+"""Opens one connection to the agent: `asyncio.open_connection` or an SSH channel."""
+
+
+def tcp(host: str, port: int) -> Connector:
+    """A connector for a plain TCP address."""
+
+    def connect() -> Awaitable[tuple[Reader, Writer]]:
+        return asyncio.open_connection(host, port)  # type: ignore[return-value]
+
+    return connect
+
+
+class TransportError(Exception):
+    """No complete answer: the connection failed, timed out, or broke off mid-message."""
+
+
+@dataclass
+class Response:
+    """A response read to its end."""
+
+    status_code: int
+    reason_phrase: str
+    headers: dict[str, str] = field(default_factory=dict)
+    """Header names in lower case."""
+    content: bytes = b""
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+class StreamingResponse:
+    """A response whose body is read as it arrives (`aiter_raw`) or at once (`aread`)."""
+
+    def __init__(self, head: h11.Response, exchange: _Exchange, read_timeout: float):
+        self.status_code = head.status_code
+        self.reason_phrase = head.reason.decode("latin-1")
+        self.headers = _headers(head)
+        self._exchange = exchange
+        self._read_timeout = read_timeout
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        while True:
+            event = await self._exchange.next_event(self._read_timeout)
+            if isinstance(event, h11.EndOfMessage):
+                return
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+
+    async def aread(self) -> Response:
+        body = b"".join([chunk async for chunk in self.aiter_raw()])
+        return Response(self.status_code, self.reason_phrase, self.headers, body)
+
+
+class HttpClient:
+    """Requests to one agent; `headers` go with every request (the bearer token)."""
+
+    def __init__(self, connect: Connector, *, host: str, headers: dict[str, str], timeout: float):
+        self._connect = connect
+        self._host = host
+        self._headers = headers
+        self.timeout = timeout
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        *,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Response:
+        """Send one request and read the whole response; TransportError if that fails."""
+        wait = self.timeout if timeout is None else timeout
+        async with self.stream(
+            method, target, content=content, headers=headers, timeout=wait, read_timeout=wait
+        ) as response:
+            return await response.aread()
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        target: str,
+        *,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[StreamingResponse]:
+        """Send one request; the body is read inside the block. `timeout` bounds connecting,
+        sending and the response head; `read_timeout` each wait for more of the body."""
+        wait = self.timeout if timeout is None else timeout
+        exchange = _Exchange()
+        try:
+            await exchange.open(self._connect, wait)
+            await exchange.send(self._request(method, target, content, headers), content, wait)
+            head = await exchange.next_event(wait)
+            while isinstance(head, h11.InformationalResponse):  # a 1xx before the answer
+                head = await exchange.next_event(wait)
+            yield StreamingResponse(head, exchange, wait if read_timeout is None else read_timeout)
+        finally:
+            await exchange.close()
+
+    def _request(
+        self, method: str, target: str, content: bytes | None, extra: dict[str, str] | None
+    ) -> h11.Request:
+        headers = [("Host", self._host), ("Connection", "close"), *self._headers.items()]
+        headers.extend((extra or {}).items())
+        if content is not None:
+            headers.append(("Content-Length", str(len(content))))
+        return h11.Request(method=method, target=target, headers=headers)
+
+
+class _Exchange:
+    """One connection carrying one request and its response."""
+
+    def __init__(self) -> None:
+        self._protocol = h11.Connection(h11.CLIENT)
+        self._reader: Reader | None = None
+        self._writer: Writer | None = None
+
+    async def open(self, connect: Connector, timeout: float) -> None:
+        self._reader, self._writer = await self._guard(connect(), timeout, "connecting")
+
+    async def send(self, request: h11.Request, content: bytes | None, timeout: float) -> None:
+        assert self._writer is not None
+        data = self._protocol.send(request) or b""
+        if content:
+            data += self._protocol.send(h11.Data(data=content)) or b""
+        data += self._protocol.send(h11.EndOfMessage()) or b""
+        self._writer.write(data)
+        await self._guard(self._writer.drain(), timeout, "sending the request")
+
+    async def next_event(self, timeout: float) -> Any:
+        """The next response event (head, data, end), reading from the wire as needed."""
+        assert self._reader is not None
+        while True:
+            try:
+                event = self._protocol.next_event()
+            except h11.RemoteProtocolError as err:
+                raise TransportError(f"the agent's answer broke off: {err}") from None
+            if event is not h11.NEED_DATA:
+                if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
+                    raise TransportError("the agent closed the connection without an answer")
+                return event
+            data = await self._guard(self._reader.read(READ_SIZE), timeout, "waiting for data")
+            self._protocol.receive_data(data)  # b"" tells h11 the peer closed
+
+    async def close(self) -> None:
+        if self._writer is None:
+            return
+        writer, self._writer = self._writer, None
+        try:
+            writer.close()
+            await asyncio.wait_for(writer.wait_closed(), 1.0)
+        except (OSError, asyncio.TimeoutError):
+            pass  # the answer is complete (or already failed); a slow close changes nothing
+
+    @staticmethod
+    async def _guard(step: Awaitable[Any], timeout: float, doing: str) -> Any:
+        try:
+            return await asyncio.wait_for(step, timeout)
+        except asyncio.TimeoutError:
+            raise TransportError(f"timed out after {timeout:g}s {doing}") from None
+        except (OSError, EOFError) as err:
+            raise TransportError(f"{type(err).__name__}: {err}") from None
+
+
+def _headers(head: h11.Response) -> dict[str, str]:
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in head.headers}

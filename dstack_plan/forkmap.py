@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -93,12 +94,19 @@ def _balanced_slices(weights: Sequence[int], count: int) -> list[tuple[int, int]
 
 
 def _map_slice(func: Callable[[Any], Any], items: Sequence[Any], send: Any) -> None:
+    # Ctrl-C is the parent's to handle. A child that handled it too would also write to the
+    # wakeup fd it inherited from the parent's event loop: one key press counted twice.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.set_wakeup_fd(-1)
     try:
         payload = pickle.dumps(("ok", [func(item) for item in items]), protocol=5)
     except BaseException as err:  # reported, and the parent maps the slice itself
         payload = pickle.dumps(("failed", repr(err)), protocol=5)
-    send.send_bytes(payload)
-    send.close()
+    try:
+        send.send_bytes(payload)
+        send.close()
+    except OSError:
+        pass  # the parent is gone or stopped listening (interrupted): nobody to tell
 
 
 def _collect(child: Any, receive: Any) -> list[Any] | None:

@@ -203,6 +203,7 @@ class Project:
         result: dict[str, Placement] = {}
         local_candidates: list[Candidate] | None = None
         fleets = {r.name: r for r in desired.of_kind("fleet")}
+        providers = {item.address: item.provider for item in items}
         for resource in runs:
             spec = resource.spec
             assert isinstance(spec, RunSpec)
@@ -210,7 +211,7 @@ class Project:
             if fleet != LOCAL_FLEET:
                 result[resource.address] = Placement(
                     fleet=fleet,
-                    provider=_provider_of(resource, fleets),
+                    provider=providers.get(resource.address) or _provider_of(resource, fleets),
                     note="machines known after apply",
                 )
                 continue

@@ -24,7 +24,6 @@ from dstack_plan.state.lock import (
 )
 from dstack_plan.state.model import (
     FORMAT_VERSION,
-    Address,
     ResourceState,
     State,
     parse_address,
@@ -38,7 +37,6 @@ __all__ = [
     "DEFAULT_LOCK_TTL",
     "DEFAULT_STATE_PATH",
     "FORMAT_VERSION",
-    "Address",
     "LocalBackend",
     "LocalLockHandle",
     "LockHandle",

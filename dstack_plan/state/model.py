@@ -47,17 +47,9 @@ def parse_address(address: str) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-def _check_address(address: str) -> str:
-    parse_address(address)
-    return address
-
-
 def _to_utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
 
-
-Address = Annotated[str, AfterValidator(_check_address)]
-"""A validated `<kind>.<name>` string."""
 
 Timestamp = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 """A timezone-aware datetime, normalised to UTC so the file reads the same everywhere."""
@@ -91,7 +83,8 @@ class ResourceState(BaseModel):
     spec_hash: str = Field(default="", validate_default=True)
     attributes: JsonObject = Field(default_factory=dict)
     status: str
-    depends_on: tuple[Address, ...] = ()
+    depends_on: tuple[str, ...] = ()
+    """Addresses, sorted and without repeats."""
     created_at: Timestamp
     updated_at: Timestamp
     tainted: bool = False
@@ -112,6 +105,10 @@ class ResourceState(BaseModel):
     @field_validator("depends_on")
     @classmethod
     def _normalise_depends_on(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # One validator for the whole tuple rather than one per address: a state holds
+        # tens of thousands of them and is read by every plan.
+        for address in value:
+            parse_address(address)
         # Order carries no meaning; sorting keeps the file canonical and comparisons simple.
         return tuple(sorted(set(value)))
 
@@ -189,7 +186,8 @@ class State(BaseModel):
     format_version: int = FORMAT_VERSION
     lineage: str
     serial: int = Field(default=0, ge=0)
-    resources: dict[Address, ResourceState] = Field(default_factory=dict)
+    resources: dict[str, ResourceState] = Field(default_factory=dict)
+    """By address; `_check_keys` holds each key to its resource's own (validated) address."""
 
     @field_validator("format_version")
     @classmethod

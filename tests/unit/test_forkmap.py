@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from hypothesis import given
@@ -35,6 +36,16 @@ def test_results_in_order_and_computed_by_several_processes() -> None:
     assert [r for r, _ in results] == [x * x for x in items]
     pids = {pid for _, pid in results}
     assert len(pids) == 3 and PARENT in pids
+
+
+def sigint_handler(_: int) -> object:
+    return signal.getsignal(signal.SIGINT)
+
+
+def test_children_leave_ctrl_c_to_the_parent() -> None:
+    handlers = fork_map(sigint_handler, [0, 1], [1, 1], min_weight=0, workers=2)
+    assert handlers[0] is signal.default_int_handler  # the parent's, untouched
+    assert handlers[1] == signal.SIG_IGN
 
 
 def test_small_inputs_stay_in_this_process() -> None:

@@ -13,7 +13,8 @@ import pickle
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,36 +45,100 @@ def fork_map(
     dies or raises only costs time: its slice is mapped again in this process, so errors are
     raised here, as the serial loop would raise them.
     """
+    return fork_start(func, items, weights, min_weight=min_weight, workers=workers).results()
+
+
+def fork_start(
+    func: Callable[[T], R],
+    items: Sequence[T],
+    weights: Sequence[int],
+    *,
+    min_weight: int,
+    workers: int | None = None,
+    busy: int = 0,
+) -> ForkedMap[T, R]:
+    """`fork_map` in two steps: the children start now, `results()` gathers everything.
+
+    Between the two, this process may do other work; `busy` is its cost in the units of
+    `weights`, so that this process keeps a smaller slice of the items (none if the other
+    work alone is a fair share). Call `results()` or `cancel()` exactly once.
+    """
     if len(weights) != len(items):
         raise ValueError("fork_map: one weight per item")
     count = min(workers or available_cores(), MAX_WORKERS, len(items))
     if count < 2 or sum(weights) < min_weight or not _can_fork():
-        return [func(item) for item in items]
-    slices = _balanced_slices(weights, count)
+        return ForkedMap(func, items, (0, len(items)), [])
+    own, *others = _slices_with_own_work(weights, count, busy)
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     children = []
-    for start, stop in slices[1:]:
+    for start, stop in others:
         receive, send = context.Pipe(duplex=False)
         child = context.Process(
             target=_map_slice, args=(func, items[start:stop], send), daemon=True
         )
         child.start()
         send.close()  # the child holds its own copy; EOF then means the child is gone
-        children.append((child, receive, start, stop))
-    first_start, first_stop = slices[0]
-    results = [func(item) for item in items[first_start:first_stop]]
-    for child, receive, start, stop in children:
-        mapped = _collect(child, receive)
-        results.extend([func(item) for item in items[start:stop]] if mapped is None else mapped)
-    return results
+        children.append(_Child(child, receive, start, stop))
+    return ForkedMap(func, items, own, children)
+
+
+@dataclass
+class _Child:
+    process: Any
+    receive: Any
+    start: int
+    stop: int
+
+
+class ForkedMap(Generic[T, R]):
+    """A map whose other slices are being computed by forked children."""
+
+    def __init__(
+        self,
+        func: Callable[[T], R],
+        items: Sequence[T],
+        own: tuple[int, int],
+        children: list[_Child],
+    ):
+        self._func = func
+        self._items = items
+        self._own = own
+        self._children = children
+
+    def results(self) -> list[R]:
+        """Map this process's slice, then collect the children's (or redo a failed one)."""
+        start, stop = self._own
+        results = [self._func(item) for item in self._items[start:stop]]
+        for child in self._children:
+            mapped = _collect(child.process, child.receive)
+            if mapped is None:
+                mapped = [self._func(item) for item in self._items[child.start : child.stop]]
+            results.extend(mapped)
+        return results
+
+    def cancel(self) -> None:
+        """Stop the children without waiting for their results."""
+        for child in self._children:
+            child.receive.close()
+            child.process.terminate()
+            child.process.join()
 
 
 def _can_fork() -> bool:
     # fork is the only start method that costs milliseconds; it is safe on Linux for children
     # that only compute with modules already imported
     return sys.platform == "linux" and hasattr(os, "fork")
+
+
+def _slices_with_own_work(weights: Sequence[int], count: int, busy: int) -> list[tuple[int, int]]:
+    """`count` slices, the first (possibly empty) for this process, which also does `busy`."""
+    if busy * count >= sum(weights) + busy:  # the other work alone is a fair share
+        return [(0, 0), *_balanced_slices(weights, count - 1)]
+    # balance as if the other work were one more item in front of this process's slice
+    shifted = _balanced_slices([busy, *weights], count)
+    return [(max(start - 1, 0), stop - 1) for start, stop in shifted]
 
 
 def _balanced_slices(weights: Sequence[int], count: int) -> list[tuple[int, int]]:

@@ -22,7 +22,7 @@ from dstack_plan.config.fleet import FleetSpec
 from dstack_plan.config.gateway import GatewaySpec
 from dstack_plan.config.interpolation import referenced_secrets
 from dstack_plan.config.kinds import RUN_KINDS
-from dstack_plan.config.loader import load_project
+from dstack_plan.config.loader import load_project, start_loading
 from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
     from dstack_plan.apply.report import ApplyReport
 
 STATE_ENV = "DSTACK_STATE"
+STATE_BYTES_PER_CONFIG_BYTE = 30
+"""Reading a byte of state takes about a thirtieth of the time loading a byte of YAML
+configuration does (10,000 resources: 20 MB of state in 0.45 s, 2.4 MB of YAML in 1.6 s)."""
 
 
 @dataclass
@@ -137,9 +140,10 @@ class Project:
 
     # -- refresh, plan -------------------------------------------------------------------
 
-    async def refresh(self) -> Refresh:
-        """Read the state and ask agents and providers what exists now (nothing is written)."""
-        snapshot = self.backend.read()
+    async def refresh(self, snapshot: StateSnapshot | None = None) -> Refresh:
+        """Read the state (unless given the snapshot just read) and ask agents and providers
+        what exists now. Nothing is written."""
+        snapshot = snapshot or self.backend.read()
         handlers = self.handlers()
         ctx = self.context()
         # one batch per handler, so a handler can ask each agent or provider once for all
@@ -179,8 +183,9 @@ class Project:
         # cyclic GC would rescan them again and again for nothing (a quarter of the time of
         # a large plan). It is back on when the plan is made.
         with gc_paused():
+            snapshot = self._read_state_while_loading(load=not options.destroy)
             items = [] if options.destroy else self.desired_items()
-            refresh = await self.refresh()
+            refresh = await self.refresh(snapshot)
             placements = {} if options.destroy else await self.placements(items)
             plan = make_plan(
                 PlanInputs(
@@ -193,6 +198,31 @@ class Project:
                 )
             )
         return plan, refresh
+
+    def _read_state_while_loading(self, load: bool) -> StateSnapshot:
+        """Read the state while the other cores parse the configuration: for a large project
+        these are the two slowest steps of a plan, and they do not depend on each other."""
+        if not load or self._desired is not None:
+            return self.backend.read()
+        loading = start_loading(
+            self.directory, self.files, stdin=self.stdin, busy=self._state_read_cost()
+        )
+        try:
+            snapshot = self.backend.read()
+        except BaseException:
+            loading.cancel()
+            raise
+        self._desired = loading.finish()
+        return snapshot
+
+    def _state_read_cost(self) -> int:
+        """What reading the state costs, in bytes of YAML that take as long to load."""
+        if not isinstance(self.backend, LocalBackend):
+            return 0
+        try:
+            return self.backend.path.stat().st_size // STATE_BYTES_PER_CONFIG_BYTE
+        except OSError:
+            return 0
 
     async def placements(self, items: list[DesiredItem]) -> dict[str, Placement]:
         """Where each run would go, by the same rules apply uses."""

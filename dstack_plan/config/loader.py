@@ -18,7 +18,7 @@ from dstack_plan.config.kinds import SPEC_BY_KIND
 from dstack_plan.config.resource import Desired, Resource, Source
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.errors import ConfigError, ConfigIssue
-from dstack_plan.forkmap import fork_map
+from dstack_plan.forkmap import ForkedMap, fork_start
 from dstack_plan.gcpause import gc_paused
 
 if TYPE_CHECKING:
@@ -60,10 +60,23 @@ def load_project(
     Raises ConfigError carrying every problem found in every file.
     """
     with gc_paused():
-        return _load_project(Path(directory), files, stdin)
+        return start_loading(directory, files, stdin).finish()
 
 
-def _load_project(base: Path, files: Sequence[str | Path], stdin: str | None) -> Desired:
+def start_loading(
+    directory: str | Path = ".",
+    files: Sequence[str | Path] = (),
+    stdin: str | None = None,
+    *,
+    busy: int = 0,
+) -> PendingLoad:
+    """`load_project` in two steps: read the files and start parsing them on the other cores;
+    `finish()` parses this process's share and gathers the rest.
+
+    `busy` is what the caller will do between the two steps, in bytes of YAML it would take as
+    long to load (see `forkmap.fork_start`). Raises ConfigError only for a missing directory.
+    """
+    base = Path(directory)
     if files:
         paths: list[Path | str] = [STDIN if str(f) == STDIN else Path(f) for f in files]
     else:
@@ -79,18 +92,44 @@ def _load_project(base: Path, files: Sequence[str | Path], stdin: str | None) ->
             read.append(ConfigIssue(display, 1, 1, f"cannot read file: {e.strerror or e}"))
     texts = [entry for entry in read if not isinstance(entry, ConfigIssue)]
     weights = [len(text) for _, text in texts]
-    results = iter(fork_map(_load_file, texts, weights, min_weight=PARALLEL_LOAD_BYTES))
-    loaded: list[Resource] = []
-    issues: list[ConfigIssue] = []
-    for entry in read:
-        resources, file_issues = ([], [entry]) if isinstance(entry, ConfigIssue) else next(results)
-        loaded.extend(resources)
-        issues.extend(file_issues)
-    desired, duplicate_issues = _index(loaded, lambda d: _text_of(d, paths, base, stdin))
-    issues.extend(duplicate_issues)
-    if issues:
-        raise ConfigError(issues)
-    return Desired(resources=desired, files=tuple(sorted({r.source.file for r in loaded})))
+    parsing = fork_start(_load_file, texts, weights, min_weight=PARALLEL_LOAD_BYTES, busy=busy)
+    return PendingLoad(read, parsing, lambda d: _text_of(d, paths, base, stdin))
+
+
+class PendingLoad:
+    """Files read, their parsing under way (see `start_loading`)."""
+
+    def __init__(
+        self,
+        read: list[tuple[str, str] | ConfigIssue],
+        parsing: ForkedMap[tuple[str, str], tuple[list[Resource], list[ConfigIssue]]],
+        text_of: Callable[[str], str],
+    ):
+        self._read = read
+        self._parsing = parsing
+        self._text_of = text_of
+
+    def finish(self) -> Desired:
+        """Every declared resource; ConfigError carrying every problem of every file."""
+        results = iter(self._parsing.results())
+        loaded: list[Resource] = []
+        issues: list[ConfigIssue] = []
+        for entry in self._read:
+            if isinstance(entry, ConfigIssue):
+                resources, file_issues = [], [entry]
+            else:
+                resources, file_issues = next(results)
+            loaded.extend(resources)
+            issues.extend(file_issues)
+        desired, duplicate_issues = _index(loaded, self._text_of)
+        issues.extend(duplicate_issues)
+        if issues:
+            raise ConfigError(issues)
+        return Desired(resources=desired, files=tuple(sorted({r.source.file for r in loaded})))
+
+    def cancel(self) -> None:
+        """Give up (the caller failed meanwhile): stop the parsing children."""
+        self._parsing.cancel()
 
 
 def load_text(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dstack_plan.forkmap import _balanced_slices, fork_map
+from dstack_plan.forkmap import _balanced_slices, _slices_with_own_work, fork_map, fork_start
 
 PARENT = os.getpid()
 
@@ -84,3 +85,30 @@ def test_slices_cover_everything_in_order_and_none_is_empty(
 def test_slices_share_the_weight_evenly() -> None:
     assert _balanced_slices([1] * 100, 4) == [(0, 25), (25, 50), (50, 75), (75, 100)]
     assert _balanced_slices([90, 5, 5, 5, 5], 2) == [(0, 1), (1, 5)]
+
+
+def test_a_busy_parent_keeps_a_smaller_slice_or_none() -> None:
+    assert _slices_with_own_work([1] * 9, 3, busy=0) == [(0, 3), (3, 6), (6, 9)]
+    assert _slices_with_own_work([1] * 9, 3, busy=2) == [(0, 2), (2, 6), (6, 9)]
+    assert _slices_with_own_work([1] * 8, 3, busy=4) == [(0, 0), (0, 4), (4, 8)]
+
+
+def test_the_parent_works_between_start_and_results() -> None:
+    items = list(range(30))
+    pending = fork_start(square_with_pid, items, [1] * 30, min_weight=0, workers=2, busy=10)
+    side_work = sum(range(1000))  # what the caller does meanwhile (reading state, say)
+    results = pending.results()
+    assert side_work == 499500 and [r for r, _ in results] == [x * x for x in items]
+    assert [pid for _, pid in results].count(PARENT) == 10
+
+
+def test_cancel_stops_the_children() -> None:
+    pending = fork_start(slow_square, list(range(4)), [1] * 4, min_weight=0, workers=3)
+    children = [c.process for c in pending._children]
+    pending.cancel()
+    assert children and all(not c.is_alive() for c in children)
+
+
+def slow_square(x: int) -> int:
+    time.sleep(30)
+    return x * x

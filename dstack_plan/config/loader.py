@@ -7,6 +7,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,12 +70,15 @@ def start_loading(
     stdin: str | None = None,
     *,
     busy: int = 0,
+    normalize: bool = False,
 ) -> PendingLoad:
     """`load_project` in two steps: read the files and start parsing them on the other cores;
     `finish()` parses this process's share and gathers the rest.
 
     `busy` is what the caller will do between the two steps, in bytes of YAML it would take as
-    long to load (see `forkmap.fork_start`). Raises ConfigError only for a missing directory.
+    long to load (see `forkmap.fork_start`). With `normalize`, every resource's `normalized`
+    form is computed as it is parsed (planning needs it). Raises ConfigError only for a
+    missing directory.
     """
     base = Path(directory)
     if files:
@@ -92,7 +96,8 @@ def start_loading(
             read.append(ConfigIssue(display, 1, 1, f"cannot read file: {e.strerror or e}"))
     texts = [entry for entry in read if not isinstance(entry, ConfigIssue)]
     weights = [len(text) for _, text in texts]
-    parsing = fork_start(_load_file, texts, weights, min_weight=PARALLEL_LOAD_BYTES, busy=busy)
+    load = partial(_load_file, normalize=normalize)
+    parsing = fork_start(load, texts, weights, min_weight=PARALLEL_LOAD_BYTES, busy=busy)
     return PendingLoad(read, parsing, lambda d: _text_of(d, paths, base, stdin))
 
 
@@ -162,10 +167,16 @@ def load_text(
     return resources, [_locate(p, display, locator) for p in pending]
 
 
-def _load_file(file: tuple[str, str]) -> tuple[list[Resource], list[ConfigIssue]]:
+def _load_file(
+    file: tuple[str, str], normalize: bool = False
+) -> tuple[list[Resource], list[ConfigIssue]]:
     """`load_text` for one `(display name, text)` pair; what `fork_map` runs on other cores."""
     display, text = file
-    return load_text(text, display, name_hint=_name_hint(display))
+    resources, issues = load_text(text, display, name_hint=_name_hint(display))
+    if normalize and not issues:
+        for resource in resources:
+            resource.normalized  # noqa: B018 - computed here, where the file is parsed
+    return resources, issues
 
 
 def _build(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 from dstack_plan.config.kinds import AnySpec
 
@@ -36,6 +38,18 @@ class Resource:
     @property
     def address(self) -> str:
         return f"{self.kind}.{self.name}"
+
+    @cached_property
+    def normalized(self) -> dict[str, Any]:
+        """The JSON form of the spec that state stores and the diff compares: defaults filled,
+        units in canonical form, the (possibly derived) name included.
+
+        Computed once; the loader computes it where it parses (on several cores for a large
+        project) when planning will need it.
+        """
+        data = self.spec.model_dump(mode="json", exclude_none=True)
+        data["name"] = self.name
+        return data
 
 
 @dataclass(frozen=True)

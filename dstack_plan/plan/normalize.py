@@ -5,14 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from dstack_plan.config.kinds import SPEC_BY_KIND, AnySpec
-from dstack_plan.config.resource import Resource
-
-
-def normalized_spec(resource: Resource) -> dict[str, Any]:
-    """The JSON form of a resource's spec that state stores and the diff compares."""
-    data = resource.spec.model_dump(mode="json", exclude_none=True)
-    data["name"] = resource.name
-    return data
 
 
 def spec_from_normalized(kind: str, data: dict[str, Any]) -> AnySpec:

@@ -164,3 +164,17 @@ def test_loading_on_several_cores_gives_what_one_core_gives(
     monkeypatch.setattr(loader, "PARALLEL_LOAD_BYTES", 10**12)
     assert load_project(tmp_path) == parallel
     assert len(parallel.resources) == 40 and "task.g11" in parallel.resources
+
+
+def test_normalised_forms_can_come_back_from_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(6):
+        write(tmp_path / f"f{i}.dstack.yml", TASK.format(name=f"task-{i}"))
+    monkeypatch.setattr(loader, "PARALLEL_LOAD_BYTES", 0)
+    monkeypatch.setattr(forkmap, "available_cores", lambda: 3)
+    desired = loader.start_loading(tmp_path, normalize=True).finish()
+    for resource in desired:
+        assert "normalized" in vars(resource)  # computed where the file was parsed
+        fresh = resource.spec.model_dump(mode="json", exclude_none=True) | {"name": resource.name}
+        assert resource.normalized == fresh and resource.normalized["type"] == "task"

@@ -13,7 +13,7 @@ from dstack_plan.graph import dag
 from dstack_plan.graph.references import dependencies
 from dstack_plan.plan.json_plan import plan_to_json
 from dstack_plan.plan.model import Action, Plan
-from dstack_plan.plan.normalize import normalized_spec, spec_from_normalized
+from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.plan.planfile import check_not_stale, load_plan, save_plan
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
 from dstack_plan.state.backend import StateSnapshot
@@ -28,7 +28,7 @@ def desired_items(tmp_path: Path, text: str) -> list[DesiredItem]:
     desired = load_project(tmp_path)
     edges = dependencies(desired, tmp_path)
     return [
-        DesiredItem(r.address, r.kind, r.name, "local", normalized_spec(r), edges[r.address])
+        DesiredItem(r.address, r.kind, r.name, "local", r.normalized, edges[r.address])
         for r in desired
     ]
 

@@ -24,7 +24,6 @@ from dstack_plan.inspect.logs import finished_before, parse_since, select_job
 from dstack_plan.inspect.runs import JobView, find_run, list_runs
 from dstack_plan.inspect.stop import stop_run, stop_timeout
 from dstack_plan.inspect.stream import LinePrefixer, stream_runs
-from dstack_plan.plan.normalize import normalized_spec
 from dstack_plan.project import Project
 from dstack_plan.state import LocalBackend, ResourceState, State
 
@@ -60,7 +59,7 @@ def specs(tmp_path: Path) -> dict[str, dict[str, Any]]:
     source = tmp_path / "src"
     source.mkdir()
     (source / "all.dstack.yml").write_text(CONFIG)
-    return {r.address: normalized_spec(r) for r in load_project(source)}
+    return {r.address: r.normalized for r in load_project(source)}
 
 
 def entry(

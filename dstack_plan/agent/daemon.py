@@ -105,7 +105,12 @@ def _healthy(info: dict[str, Any], token: str) -> bool:
 
 
 def start(
-    data: DataDir, port: int, log_max_bytes: int, wait: float, log_level: str = "info"
+    data: DataDir,
+    port: int,
+    log_max_bytes: int,
+    wait: float,
+    log_level: str = "info",
+    log_format: str = "text",
 ) -> dict[str, Any]:
     """Start a detached agent, or find the running one; returns its connection info."""
     data.ensure()
@@ -126,6 +131,8 @@ def start(
             str(log_max_bytes),
             "--log-level",
             log_level,
+            "--log-format",
+            log_format,
         ]
         with open(data.log_file, "ab") as log_file:
             proc = subprocess.Popen(

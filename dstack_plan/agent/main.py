@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 from pathlib import Path
 
 from dstack_plan.agent import daemon
 from dstack_plan.agent.datadir import DataDir
+from dstack_plan.agent.logformat import FORMATS, configure
 from dstack_plan.agent.protocol import AGENT_VERSION, DEFAULT_LOG_MAX_BYTES
 
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--log-level", default="info", choices=["debug", "info", "warning", "error"]
         )
+        sub.add_argument(
+            "--log-format", default="text", choices=FORMATS, help="the agent's own log lines"
+        )
         if name == "start":
             sub.add_argument(
                 "--wait", type=float, default=20.0, help="seconds to wait for the agent to answer"
@@ -71,18 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (status: 0 running, 3 not running)."""
     args = _parser().parse_args(argv)
     data = DataDir(args.data_dir)
-    logging.basicConfig(
-        level=getattr(logging, getattr(args, "log_level", "info").upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"))
     try:
         if args.command == "serve":
             return daemon.serve(data, args.port, args.log_max_bytes)
         if args.command == "start":
             print(
                 daemon.dumps(
-                    daemon.start(data, args.port, args.log_max_bytes, args.wait, args.log_level)
+                    daemon.start(
+                        data,
+                        args.port,
+                        args.log_max_bytes,
+                        args.wait,
+                        args.log_level,
+                        args.log_format,
+                    )
                 )
             )
             return 0

@@ -37,11 +37,30 @@ app = typer.Typer(
 def _global(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
     no_color: bool = typer.Option(False, "--no-color", help="Disable colours."),
+    log_level: str = typer.Option(
+        None, "--log-level", help="Log to stderr from this level: debug, info, warning, error."
+    ),
+    log_format: str = typer.Option(
+        None, "--log-format", help="Log lines as text (default) or json (one object a line)."
+    ),
 ) -> None:
     if debug:
         os.environ["DSTACK_PLAN_DEBUG"] = "1"
     if no_color:
         os.environ["NO_COLOR"] = "1"
+    if log_level or log_format:
+        _configure_logging(log_level or "warning", log_format or "text")
+
+
+def _configure_logging(level: str, log_format: str) -> None:
+    from dstack_plan.agent.logformat import FORMATS, configure
+
+    levels = ("debug", "info", "warning", "error")
+    if level.lower() not in levels or log_format not in FORMATS:
+        raise typer.BadParameter(
+            f"--log-level is one of {', '.join(levels)}; --log-format one of {', '.join(FORMATS)}"
+        )
+    configure(level.lower(), log_format)
 
 
 app.command("validate")(validate_cmd.validate)

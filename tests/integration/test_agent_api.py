@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -255,3 +256,19 @@ async def test_metrics_and_host_facts(agent: AgentProcess) -> None:
     assert facts.cpus >= 1 and facts.memory.total_bytes > 0 and facts.disk.free_bytes > 0
     assert any(a.address == "127.0.0.1" for a in facts.addresses)
     assert facts.gpus == []
+
+
+async def test_the_agent_logs_json_lines_when_asked(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path / "agent")
+    agent.args += ["--log-format", "json"]
+    agent.start()
+    try:
+        client = agent.client()
+        assert (await client.health()).version
+        await client.aclose()
+    finally:
+        agent.kill(signal.SIGTERM)
+    lines = [line for line in agent.log().splitlines() if line.strip()]
+    entries = [json.loads(line) for line in lines]
+    messages = [e["message"] for e in entries if e["logger"].startswith("dstack_plan.agent")]
+    assert any("serving" in m for m in messages) and any("stopped" in m for m in messages)

@@ -222,7 +222,7 @@ def _ended_recently(view: RunView, run: ResourceState, now: float) -> bool:
 
 
 def _gpu_request(run: ResourceState) -> str | None:
-    from dstack_plan.config.resources import GPUSpec
+    from dstack_plan.config.gpu import GPUSpec
 
     resources = run.spec.get("resources")
     gpu = resources.get("gpu") if isinstance(resources, dict) else None

@@ -6,7 +6,8 @@ machine can provide its lower bound; upper bounds only matter when choosing clou
 
 from __future__ import annotations
 
-from dstack_plan.config.resources import GPUSpec, ResourcesSpec
+from dstack_plan.config.gpu import GPUSpec
+from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.providers.base import GPU, MachineResources
 
 

@@ -19,7 +19,10 @@ def _no_color() -> bool:
 def console(stderr: bool = False):  # noqa: ANN201 - rich is imported lazily
     from rich.console import Console
 
-    return Console(stderr=stderr, no_color=_no_color(), highlight=False, soft_wrap=True)
+    # emoji=False: user text such as `echo :rocket:` is shown as written
+    return Console(
+        stderr=stderr, no_color=_no_color(), highlight=False, soft_wrap=True, emoji=False
+    )
 
 
 def print_error(error: DstackPlanError) -> None:
@@ -53,14 +56,21 @@ def print_lines(lines: list[str], stderr: bool = False) -> None:
     stream = sys.stderr if stderr else sys.stdout
     if _plain(stream):
         # What a console would print here, without building one (~30 ms of every start):
-        # the markup parsed, the styles dropped.
-        from rich.text import Text
-
-        stream.write("".join(Text.from_markup(line).plain + "\n" for line in lines))
+        # the markup parsed, the styles dropped. A line without `[` holds no markup, and
+        # most lines of a large plan have none.
+        stream.write("".join(f"{_plain_text(line)}\n" for line in lines))
         return
     out = console(stderr=stderr)
     for line in lines:
         out.print(line)
+
+
+def _plain_text(line: str) -> str:
+    if "[" not in line:
+        return line
+    from rich.text import Text
+
+    return Text.from_markup(line, emoji=False).plain
 
 
 def _plain(stream: Any) -> bool:

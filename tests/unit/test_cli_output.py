@@ -8,8 +8,13 @@ import pytest
 
 from dstack_plan.cli.output import escape, print_lines
 
-LINES = ["[green]+[/] create", f"  value = {escape('[not markup]')}", "[bold]Plan: 1 to add.[/]"]
-PLAIN = "+ create\n  value = [not markup]\nPlan: 1 to add.\n"
+LINES = [
+    "[green]+[/] create",
+    f"  value = {escape('[not markup]')}",
+    '  commands = ["echo :rocket:"]',
+    "[bold]Plan: 1 to add.[/]",
+]
+PLAIN = '+ create\n  value = [not markup]\n  commands = ["echo :rocket:"]\nPlan: 1 to add.\n'
 
 
 class Terminal(io.StringIO):
@@ -35,6 +40,7 @@ def test_a_terminal_gets_styles_unless_no_color(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("sys.stdout", out)
     print_lines(LINES)
     assert "\x1b[" in out.getvalue() and "[not markup]" in out.getvalue()
+    assert "echo :rocket:" in out.getvalue()  # user text as written, no emoji
     out.seek(0)
     out.truncate()
     monkeypatch.setenv("NO_COLOR", "1")

@@ -47,6 +47,9 @@ class ApplyContext:
     progress: Callable[[str, str], None] = lambda address, message: None
     """Report progress of a long operation (address, message) to the user."""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    replacement: ResourceState | None = None
+    """When `delete` destroys a deposed object: the object that replaced it at the same
+    address. Whatever belongs to it must survive the delete (create-before-destroy)."""
 
 
 class ResourceHandler(ABC):

@@ -113,7 +113,7 @@ def build_job(
             if isinstance(v, InstanceVolumeMount)
         ],
         network_mode="host",
-        labels={"deployment": ctx.deployment},
+        labels={"deployment": ctx.deployment, "generation": str(ctx.generation)},
         privileged=spec.privileged or spec.docker,
         stop_timeout=float(spec.stop_duration) if spec.stop_duration != "off" else 0.0,
         max_duration=float(spec.max_duration) if spec.max_duration != "off" else None,

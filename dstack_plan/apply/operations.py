@@ -14,7 +14,7 @@ A handler error leaves the entry as the last commit put it: tainted after a fail
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypeVar
 
@@ -202,11 +202,13 @@ class ChangeRunner:
     async def _destroy_deposed(
         self, address: str, handler: ResourceHandler, progress: Progress
     ) -> None:
-        for old in records.deposed_of(self._state.get(address)):
+        live = self._state.get(address)
+        ctx = replace(self._ctx, replacement=records.for_handler(live) if live else None)
+        for old in records.deposed_of(live):
             await self._step(
                 address,
                 "delete",
-                lambda old=old: handler.delete(old, self._ctx),
+                lambda old=old: handler.delete(old, ctx),
                 lambda _, old=old: records.drop_deposed(address, old, self._now()),
                 progress,
                 deposed=True,

@@ -134,13 +134,9 @@ class RunHandler(ResourceHandler):
         agent = await self.agent_for(fleet, current.address)
         spec = spec_from_normalized(current.kind, current.spec)
         assert isinstance(spec, RunSpec)
-        ids = {r["id"] for r in current.attributes.get("jobs", [])}
-        # a create cut short may have submitted jobs it never recorded: find them by label
-        for job in await agent.list_jobs(run_name=current.name):
-            labels = job.spec.get("labels", {}) if isinstance(job.spec, dict) else {}
-            if labels.get("deployment") == self.deployment:
-                ids.add(job.id)
-        await self._stop_and_remove(agent, sorted(ids), spec)
+        listed = await agent.list_jobs(run_name=current.name)
+        removed = _jobs_to_remove(current, listed, self.deployment, ctx.replacement)
+        await self._stop_and_remove(agent, sorted(removed), spec)
 
     async def _submit(
         self,
@@ -207,6 +203,51 @@ def _refreshed(current: ResourceState, known: Mapping[str, JobInfo]) -> Refreshe
             return Refreshed(current.status, attributes)
         return Refreshed(current.status, attributes, gone="jobs are gone from the agent")
     return Refreshed(run_status(list(infos.values())), attributes)
+
+
+def _job_ids(run: ResourceState) -> set[str]:
+    records = run.attributes.get("jobs", [])
+    return {str(r["id"]) for r in records if isinstance(r, dict) and "id" in r}
+
+
+def _jobs_to_remove(
+    current: ResourceState,
+    listed: Sequence[JobInfo],
+    deployment: str,
+    replacement: ResourceState | None,
+) -> set[str]:
+    """The jobs a delete of run `current` removes: those it recorded, and those a create cut
+    short submitted without recording them, found among the agent's `listed` jobs of the run
+    by their labels (this deployment; `current`'s generation when it is known).
+
+    Never the jobs of `replacement`, the object that replaced `current` at its address
+    (create-before-destroy): the run's jobs share its name, and the new ones must live on.
+    """
+    spared = _job_ids(replacement) if replacement is not None else set()
+    spared_generation = _generation(replacement) if replacement is not None else None
+    generation = _generation(current)
+    ids = _job_ids(current)
+    for job in listed:
+        labels = job.spec.get("labels", {}) if isinstance(job.spec, dict) else {}
+        if labels.get("deployment") != deployment:
+            continue
+        label = labels.get("generation")  # None: submitted before jobs carried it
+        if label is not None and (
+            label == spared_generation or (generation is not None and label != generation)
+        ):
+            continue
+        ids.add(job.id)
+    return ids - spared
+
+
+def _generation(run: ResourceState) -> str | None:
+    value = run.attributes.get("generation")
+    return None if value is None else str(value)
+
+
+def _job_ids(run: ResourceState) -> set[str]:
+    records = run.attributes.get("jobs", [])
+    return {str(r["id"]) for r in records if isinstance(r, dict) and "id" in r}
 
 
 def _job_record(job: JobInfo, slot: JobSlot) -> dict[str, Any]:

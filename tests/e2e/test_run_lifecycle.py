@@ -151,3 +151,28 @@ def test_target_and_replace_on_apply_and_destroy(dstack: Dstack, tmp_path: Path)
     assert sorted(state(project)["resources"]) == ["task.alpha"]
     assert dstack("destroy", "-y").returncode == 0
     assert state(project)["resources"] == {}
+
+
+def test_create_before_destroy_keeps_the_new_service_running(
+    dstack: Dstack, tmp_path: Path
+) -> None:
+    config = tmp_path / "project" / "svc.dstack.yml"
+    config.write_text(
+        "type: service\nname: web\nport: 18934\ncommands: ['exec sleep 300']\n"
+        f"stop_duration: 1s\nlifecycle: {{create_before_destroy: true}}\n{RESOURCES}"
+    )
+    assert dstack("apply", "-y").returncode == 0
+    wait_for_status(dstack, "service.web", {"running"})
+    (old_pid,) = job_pids(tmp_path / "agent")
+
+    config.write_text(config.read_text().replace("sleep 300", "sleep 301"))
+    replaced = dstack("apply", "-y")
+    assert replaced.returncode == 0, replaced.stdout + replaced.stderr
+    assert "+/- service" in replaced.stdout and "Destroying deposed object" in replaced.stdout
+    row = wait_for_status(dstack, "service.web", {"running"})
+    assert len(row["jobs"]) == 1
+    (new_pid,) = job_pids(tmp_path / "agent")
+    assert new_pid != old_pid and alive(new_pid) and not alive(old_pid)
+    assert dstack("plan", "--detailed-exitcode").returncode == 0
+    assert dstack("destroy", "-y").returncode == 0
+    assert not alive(new_pid)

@@ -262,6 +262,7 @@ class Project:
                 provider="local",
                 hosts=hosts,
                 price_per_hour=decision.price_per_hour,
+                placed=decision.placed,
                 note=None if decision.placed else f"cannot be placed: {decision.reason}",
             )
         return result

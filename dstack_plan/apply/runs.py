@@ -63,6 +63,9 @@ class RunHandler(ResourceHandler):
         spec = spec_from_normalized(change.kind, change.after)
         assert isinstance(spec, RunSpec)
         fleet = change.placement.fleet if change.placement else LOCAL_FLEET
+        if change.placement is not None and change.placement.placed is False:
+            # the agent would start it anyway (process jobs have no limits): refuse instead
+            raise ProviderError(fleet, change.placement.note or "cannot be placed")
         agent = await self.agent_for(fleet, change.address)
         generation = int(ctx.clock.now() * 1000)
         attributes: dict[str, Any] = {

@@ -66,6 +66,9 @@ class Placement(Frozen):
     hosts: tuple[str, ...] = ()
     """Hosts chosen for the jobs; empty when only known after apply."""
     price_per_hour: float = 0.0
+    placed: bool | None = None
+    """True: `hosts` can take the jobs; False: no host can (`note` says why), so applying it
+    fails; None: machines are known only after apply."""
     note: str | None = None
     """Why the placement is uncertain or impossible (e.g. no host has enough GPUs)."""
 

@@ -176,3 +176,18 @@ def test_create_before_destroy_keeps_the_new_service_running(
     assert dstack("plan", "--detailed-exitcode").returncode == 0
     assert dstack("destroy", "-y").returncode == 0
     assert not alive(new_pid)
+
+
+def test_a_run_no_machine_can_take_fails_to_apply(dstack: Dstack, tmp_path: Path) -> None:
+    (tmp_path / "project" / "t.dstack.yml").write_text(
+        task("big", "echo should not run").replace("memory: 0.1GB..", "memory: 100000GB..")
+    )
+    planned = dstack("plan", "--json")
+    placement = json.loads(planned.stdout)["resource_changes"][0]["placement"]
+    assert placement["placed"] is False and "cannot be placed" in placement["note"]
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 1, applied.stdout + applied.stderr
+    assert "task.big: local: cannot be placed" in applied.stderr
+    assert "1 failed" in applied.stdout + applied.stderr
+    jobs = tmp_path / "agent" / "jobs"
+    assert not jobs.exists() or not any(jobs.iterdir())

@@ -80,11 +80,13 @@ def _print_table(views: list[RunView], now: float) -> None:
                 table.add_row(*_job_row(job, now))
     out.print(table)
     for view in views:
+        # a long reason would wreck the table's layout, so it goes below it
         if view.error:
-            # a long reason would wreck the table's layout, so it goes below it
             out.print(
                 f"[yellow]* {view.address}: status as of the last apply: {escape(view.error)}[/]"
             )
+        if view.failure:
+            out.print(f"[red]! {view.address} failed: {escape(view.failure)}[/]")
 
 
 def _job_row(job: JobView, now: float) -> list[str]:

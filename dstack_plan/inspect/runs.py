@@ -35,6 +35,9 @@ class JobView(BaseModel):
     id: str
     status: str
     exit_code: int | None = None
+    termination_reason: str | None = None
+    """Why the job ended, as its agent says (`max_duration_exceeded`...)."""
+    termination_message: str | None = None
     replica: int
     node: int
     host: str
@@ -64,6 +67,8 @@ class RunView(BaseModel):
     error: str | None = None
     """Why the status could not be refreshed (agent unreachable, jobs gone): it is as of the
     last apply."""
+    failure: str | None = None
+    """For a failed run, why its first failed job failed: `reason: message` from its agent."""
     jobs: list[JobView] = []
 
     @property
@@ -193,8 +198,17 @@ def _view(
         created_at=run.created_at,
         finished_at=max(ends) if ends and status in FINISHED else None,
         error=error,
+        failure=_failure(jobs) if status == "failed" else None,
         jobs=jobs,
     )
+
+
+def _failure(jobs: list[JobView]) -> str | None:
+    for job in jobs:
+        if job.status == "failed" and (job.termination_reason or job.termination_message):
+            parts = [job.termination_reason, job.termination_message]
+            return ": ".join(p for p in parts if p)
+    return None
 
 
 def _job_view(record: dict[str, Any], info: JobInfo | None) -> JobView:
@@ -202,6 +216,8 @@ def _job_view(record: dict[str, Any], info: JobInfo | None) -> JobView:
         id=str(record.get("id")),
         status=info.status.value if info else str(record.get("status", "unknown")),
         exit_code=info.exit_code if info else None,
+        termination_reason=_reason(info),
+        termination_message=info.termination_message if info else None,
         replica=int(record.get("replica", 0)),
         node=int(record.get("node", 0)),
         host=str(record.get("host", "localhost")),
@@ -209,6 +225,12 @@ def _job_view(record: dict[str, Any], info: JobInfo | None) -> JobView:
         started_at=_utc(info.started_at) if info else None,
         finished_at=_utc(info.finished_at) if info else None,
     )
+
+
+def _reason(info: JobInfo | None) -> str | None:
+    if info is None or info.termination_reason is None:
+        return None
+    return info.termination_reason.value
 
 
 def _utc(epoch: float | None) -> datetime | None:

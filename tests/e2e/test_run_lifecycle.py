@@ -73,7 +73,9 @@ def test_attach_exits_non_zero_when_a_run_fails(dstack: Dstack, tmp_path: Path) 
     assert "about to fail" in result.stdout
     assert ": failed (exit code 3)" in result.stderr
     row = wait_for_status(dstack, "task.broken", {"failed"})
-    assert row["status"] == "failed"
+    assert row["failure"] == "container_exited_with_error: exited with code 3"
+    listed = dstack("ps", "-a")
+    assert f"! task.broken failed: {row['failure']}" in listed.stdout, listed.stdout
 
 
 def test_a_run_gone_from_its_agent_is_planned_again(dstack: Dstack, tmp_path: Path) -> None:

@@ -36,8 +36,9 @@ def ps(
     """List runs: active ones and those that finished in the last hour (all with -a).
 
     --json prints a list of {address, kind, name, status, fleet, hosts, gpus, price_per_hour,
-    created_at, finished_at, error, jobs: [{id, status, exit_code, replica, node, host, gpus,
-    started_at, finished_at}]}, newest first. Nothing is written to state.
+    created_at, finished_at, error, failure, jobs: [{id, status, exit_code, termination_reason,
+    termination_message, replica, node, host, gpus, started_at, finished_at}]}, newest first.
+    Nothing is written to state.
     """
     from dstack_plan.cli.output import print_json
     from dstack_plan.inspect.runs import list_runs

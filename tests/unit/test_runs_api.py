@@ -197,11 +197,14 @@ def test_a_run_whose_agent_cannot_be_asked_keeps_its_last_status(
         "created_at": "2025-01-02T12:00:00Z",
         "finished_at": None,
         "error": view.error,
+        "failure": None,
         "jobs": [
             {
                 "id": f"train-0-{n}-1-abc123",
                 "status": "running",
                 "exit_code": None,
+                "termination_reason": None,
+                "termination_message": None,
                 "replica": 0,
                 "node": n,
                 "host": "10.0.0.1",

@@ -52,6 +52,7 @@ def stop_timeout(run: ResourceState) -> float:
 async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopResult:
     """Stop every job of run `ref` (gracefully within its stop_duration, or `abort` at once),
     wait until they have ended, and commit the run's new status and job statuses."""
+    from dstack_plan.apply.records import deposed_of
     from dstack_plan.apply.runs import run_status
 
     run = find_run(project.backend.read().state, ref)
@@ -64,9 +65,15 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
             return await _stop_job(agent, job_id, timeout, abort)
 
     ids = [str(r["id"]) for r in job_records(run)]
-    outcomes = dict(zip(ids, await asyncio.gather(*(one(i) for i in ids)), strict=True))
-    infos = {i: info for i, (info, _) in outcomes.items() if info is not None}
-    status = run_status(list(infos.values()))
+    # jobs of old objects a failed create-before-destroy left behind (deposed) are the run's
+    # too: a stop that left them running would surprise
+    leftovers = [str(r["id"]) for old in deposed_of(run) for r in job_records(old)]
+    everything = ids + [i for i in leftovers if i not in ids]
+    outcomes = dict(
+        zip(everything, await asyncio.gather(*(one(i) for i in everything)), strict=True)
+    )
+    infos = {i: info for i, (info, _) in outcomes.items() if info is not None and i in ids}
+    status = run_status(list(infos.values())) if ids else run.status
     statuses = {i: info.status.value for i, info in infos.items()}
 
     def record(state: State) -> State:

@@ -193,3 +193,28 @@ def test_a_run_no_machine_can_take_fails_to_apply(dstack: Dstack, tmp_path: Path
     assert "1 failed" in applied.stdout + applied.stderr
     jobs = tmp_path / "agent" / "jobs"
     assert not jobs.exists() or not any(jobs.iterdir())
+
+
+def test_stop_also_ends_what_a_failed_replacement_left_running(
+    dstack: Dstack, tmp_path: Path
+) -> None:
+    config = tmp_path / "project" / "svc.dstack.yml"
+    config.write_text(
+        "type: service\nname: web\nport: 18936\ncommands: ['exec sleep 300']\n"
+        f"stop_duration: 1s\nlifecycle: {{create_before_destroy: true}}\n{RESOURCES}"
+    )
+    assert dstack("apply", "-y").returncode == 0
+    wait_for_status(dstack, "service.web", {"running"})
+    (old_pid,) = job_pids(tmp_path / "agent")
+
+    # the replacement cannot be placed: the old object stays, deposed, and keeps running
+    config.write_text(config.read_text().replace("memory: 0.1GB..", "memory: 100000GB.."))
+    assert dstack("apply", "-y").returncode == 1
+    entry = state(tmp_path / "project")["resources"]["service.web"]
+    assert entry["tainted"] and len(entry["attributes"]["_deposed"]) == 1
+    assert alive(old_pid)
+
+    stopped = dstack("stop", "web", "-y")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert not alive(old_pid)
+    assert dstack("destroy", "-y").returncode == 0

@@ -155,17 +155,23 @@ def test_target_and_replace_on_apply_and_destroy(dstack: Dstack, tmp_path: Path)
     assert state(project)["resources"] == {}
 
 
-def test_create_before_destroy_keeps_the_new_service_running(
-    dstack: Dstack, tmp_path: Path
-) -> None:
+def start_replaceable_service(dstack: Dstack, tmp_path: Path, port: int) -> tuple[Path, int]:
+    """A running service under create_before_destroy: its config file and its process."""
     config = tmp_path / "project" / "svc.dstack.yml"
     config.write_text(
-        "type: service\nname: web\nport: 18934\ncommands: ['exec sleep 300']\n"
+        f"type: service\nname: web\nport: {port}\ncommands: ['exec sleep 300']\n"
         f"stop_duration: 1s\nlifecycle: {{create_before_destroy: true}}\n{RESOURCES}"
     )
     assert dstack("apply", "-y").returncode == 0
     wait_for_status(dstack, "service.web", {"running"})
-    (old_pid,) = job_pids(tmp_path / "agent")
+    (pid,) = job_pids(tmp_path / "agent")
+    return config, pid
+
+
+def test_create_before_destroy_keeps_the_new_service_running(
+    dstack: Dstack, tmp_path: Path
+) -> None:
+    config, old_pid = start_replaceable_service(dstack, tmp_path, port=18934)
 
     config.write_text(config.read_text().replace("sleep 300", "sleep 301"))
     replaced = dstack("apply", "-y")
@@ -198,14 +204,7 @@ def test_a_run_no_machine_can_take_fails_to_apply(dstack: Dstack, tmp_path: Path
 def test_stop_also_ends_what_a_failed_replacement_left_running(
     dstack: Dstack, tmp_path: Path
 ) -> None:
-    config = tmp_path / "project" / "svc.dstack.yml"
-    config.write_text(
-        "type: service\nname: web\nport: 18936\ncommands: ['exec sleep 300']\n"
-        f"stop_duration: 1s\nlifecycle: {{create_before_destroy: true}}\n{RESOURCES}"
-    )
-    assert dstack("apply", "-y").returncode == 0
-    wait_for_status(dstack, "service.web", {"running"})
-    (old_pid,) = job_pids(tmp_path / "agent")
+    config, old_pid = start_replaceable_service(dstack, tmp_path, port=18936)
 
     # the replacement cannot be placed: the old object stays, deposed, and keeps running
     config.write_text(config.read_text().replace("memory: 0.1GB..", "memory: 100000GB.."))

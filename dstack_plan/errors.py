@@ -59,6 +59,7 @@ class ProviderError(DstackPlanError):
     def __init__(self, provider: str, message: str, resource: str | None = None):
         self.provider = provider
         self.resource = resource
+        self.detail = message  # without provider and resource, for reports that name both
         where = f"{provider}: {resource}" if resource else provider
         super().__init__(f"{where}: {message}")
 

@@ -196,7 +196,7 @@ class _Walk:
         if error is None:
             self._settle(self._result(change, progress, _OK, progress.note))
             return
-        message, internal, trace = describe_error(error)
+        message, internal, trace = describe_error(error, address)
         logger.debug("%s failed", address, exc_info=error)
         self._settle(
             self._result(

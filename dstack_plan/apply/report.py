@@ -8,7 +8,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field
 
 from dstack_plan.apply.events import Step, plural
-from dstack_plan.errors import DstackPlanError
+from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.plan.model import Action
 
 
@@ -143,12 +143,15 @@ class ApplyReport(BaseModel):
         )
 
 
-def describe_error(error: BaseException) -> tuple[str, bool, str | None]:
-    """(message, internal, traceback) for a failed change.
+def describe_error(error: BaseException, address: str = "") -> tuple[str, bool, str | None]:
+    """(message, internal, traceback) for the failed change of `address`.
 
-    A DstackPlanError is the user's to fix and its message stands as is; anything else is a
-    bug, shown as `TypeName: message`, with the traceback kept aside for `--debug`.
+    A DstackPlanError is the user's to fix and its message stands as is (less the address,
+    which the report prints before it); anything else is a bug, shown as
+    `TypeName: message`, with the traceback kept aside for `--debug`.
     """
+    if isinstance(error, ProviderError) and error.resource and error.resource == address:
+        return f"{error.provider}: {error.detail}", False, None
     if isinstance(error, DstackPlanError):
         return str(error) or type(error).__name__, False, None
     text = str(error)

@@ -132,7 +132,8 @@ class ProfileParams(PlacementParams):
     instances: tuple[str | InstanceRef, ...] | None = None
 
     def fleet_names(self) -> tuple[str, ...] | None:
-        """Names of the fleets this run is restricted to, or None for "any"."""
-        if self.fleets is None:
+        """Names of the fleets this run is restricted to, or None for "any" (also `fleets: []`,
+        which restricts to nothing a run could use)."""
+        if not self.fleets:
             return None
         return tuple(f if isinstance(f, str) else f.name for f in self.fleets)

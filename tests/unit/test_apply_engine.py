@@ -20,7 +20,7 @@ from dstack_plan.apply.engine import apply_plan
 from dstack_plan.apply.handlers import ApplyContext, Outcome, ResourceHandler
 from dstack_plan.apply.interrupt import Interrupt
 from dstack_plan.apply.ordering import schedule
-from dstack_plan.apply.report import ApplyReport, ResultStatus
+from dstack_plan.apply.report import ApplyReport, ResultStatus, describe_error
 from dstack_plan.clock import FakeClock
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Plan, ResourceChange
@@ -374,8 +374,14 @@ def test_a_failed_create_leaves_a_tainted_record(backend: LocalBackend) -> None:
     assert entry.tainted and entry.status == "creating"
     result = report.result("task.a")
     assert result is not None and result.status is ResultStatus.FAILED
-    assert result.message == "local: task.a: no capacity"
+    assert result.message == "local: no capacity"  # the report names task.a already
     assert not result.internal
+
+
+def test_an_error_about_another_resource_keeps_its_name() -> None:
+    other = ProviderError("local", "busy", "fleet.pool")
+    assert describe_error(other, "task.a") == ("local: fleet.pool: busy", False, None)
+    assert describe_error(ProviderError("local", "busy", "task.a"), "task.a")[0] == "local: busy"
 
 
 def test_failed_update_and_delete_leave_entries_unchanged(backend: LocalBackend) -> None:
@@ -500,7 +506,7 @@ def test_failure_skips_only_dependents(backend: LocalBackend) -> None:
         ("task.b", "dependency fleet.a failed"),
         ("service.c", "dependency fleet.a failed"),
     ]
-    assert ("fleet.a", "failed", "local: fleet.a: no GPUs") in events
+    assert ("fleet.a", "failed", "local: no GPUs") in events
     assert ("service.c", "skipped", "dependency fleet.a failed") in events
     assert (
         report.summary() == "Apply failed: 2 added, 0 changed, 0 destroyed, 1 failed, 2 skipped."

@@ -290,3 +290,13 @@ def test_normalized_spec_round_trips(tmp_path: Path) -> None:
     ):
         spec = spec_from_normalized(item.kind, item.spec)
         assert spec.model_dump(mode="json", exclude_none=True) | {"name": item.name} == item.spec
+
+
+def test_an_empty_fleets_list_means_any_declared_fleet(tmp_path: Path) -> None:
+    items = desired_items(
+        tmp_path,
+        "type: fleet\nname: pool\nnodes: 1\n---\n"
+        "type: task\nname: train\nfleets: []\ncommands: [x]\n",
+    )
+    train = next(i for i in items if i.address == "task.train")
+    assert train.depends_on == ("fleet.pool",)

@@ -110,7 +110,11 @@ class ForkedMap(Generic[T, R]):
     def results(self) -> list[R]:
         """Map this process's slice, then collect the children's (or redo a failed one)."""
         start, stop = self._own
-        results = [self._func(item) for item in self._items[start:stop]]
+        try:
+            results = [self._func(item) for item in self._items[start:stop]]
+        except BaseException:  # an error or Ctrl-C here: nobody will read the children
+            self.cancel()
+            raise
         for child in self._children:
             mapped = _collect(child.process, child.receive)
             if mapped is None:

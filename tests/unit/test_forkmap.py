@@ -112,3 +112,18 @@ def test_cancel_stops_the_children() -> None:
 def slow_square(x: int) -> int:
     time.sleep(30)
     return x * x
+
+
+def fail_in_parent(x: int) -> int:
+    if os.getpid() == PARENT:
+        raise KeyError("parent slice")
+    time.sleep(30)
+    return x
+
+
+def test_an_error_in_the_parents_slice_stops_the_children() -> None:
+    pending = fork_start(fail_in_parent, list(range(4)), [1] * 4, min_weight=0, workers=2)
+    children = [c.process for c in pending._children]
+    with pytest.raises(KeyError, match="parent slice"):
+        pending.results()
+    assert children and all(not c.is_alive() for c in children)

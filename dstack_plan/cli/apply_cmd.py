@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dstack_plan.cli import common
+
+if TYPE_CHECKING:
+    from dstack_plan.cli.output import Line
 
 ApproveOpt = typer.Option(False, "-y", "--auto-approve", "--yes", help="Skip the confirmation.")
 InputOpt = typer.Option(True, "--input/--no-input", help="Ask for confirmation when needed.")
@@ -133,7 +136,7 @@ async def _apply_flow(
                 interrupt=interrupt,
                 on_event=_print_event,
             )
-    print_lines([""] + _report_lines(report))
+    print_lines(["", *_report_lines(report)])
     if attach and report.ok:
         from dstack_plan.cli.attach import attach_runs
 
@@ -143,13 +146,13 @@ async def _apply_flow(
 
 
 async def _confirm(destroy: bool) -> bool:
-    from dstack_plan.cli.output import print_lines
+    from dstack_plan.cli.output import print_lines, styled
 
     if destroy:
         print_lines(
             [
                 "",
-                "[bold]Do you really want to destroy all resources?[/]",
+                (styled("Do you really want to destroy all resources?", "bold"),),
                 "  dstack-plan will destroy all the resources shown above.",
                 "  There is no undo. Only 'yes' will be accepted to confirm.",
                 "",
@@ -159,7 +162,7 @@ async def _confirm(destroy: bool) -> bool:
         print_lines(
             [
                 "",
-                "[bold]Do you want to perform these actions?[/]",
+                (styled("Do you want to perform these actions?", "bold"),),
                 "  dstack-plan will perform the actions described above.",
                 "  Only 'yes' will be accepted to approve.",
                 "",
@@ -175,27 +178,27 @@ async def _confirm(destroy: bool) -> bool:
 
 
 def _print_event(address: str, phase: str, message: str) -> None:
-    from dstack_plan.cli.output import escape, print_lines
+    from dstack_plan.cli.output import print_lines, styled
 
     color = {"failed": "red", "skipped": "yellow", "interrupt": "yellow", "abort": "red"}
-    text = escape(f"{address}: {message}" if address else message)
+    text = f"{address}: {message}" if address else message
     style = color.get(phase)
-    print_lines([f"[{style}]{text}[/]" if style else text], stderr=phase in ("failed", "abort"))
+    print_lines([(styled(text, style),) if style else text], stderr=phase in ("failed", "abort"))
 
 
-def _report_lines(report) -> list[str]:  # noqa: ANN001 - ApplyReport, imported lazily
-    from dstack_plan.cli.output import escape
+def _report_lines(report) -> list[Line]:  # noqa: ANN001 - ApplyReport, imported lazily
+    from dstack_plan.cli.output import styled
 
-    lines = []
+    lines: list[Line] = []
     for label, results in (
-        ("[red]Error:[/]", report.failed),
-        ("[yellow]Skipped:[/]", report.skipped),
-        ("[yellow]Not started:[/]", report.not_started),
+        (styled("Error:", "red"), report.failed),
+        (styled("Skipped:", "yellow"), report.skipped),
+        (styled("Not started:", "yellow"), report.not_started),
     ):
-        lines += [f"{label} {escape(r.address)}: {escape(r.message)}" for r in results]
+        lines += [(label, f" {r.address}: {r.message}") for r in results]
     warning = report.abort_warning()
     if warning:
-        lines.append(f"[red]Warning:[/] {escape(warning)}")
+        lines.append((styled("Warning:", "red"), f" {warning}"))
     color = "green" if report.ok else "red"
-    lines.append(f"[bold {color}]{report.summary()}[/]")
+    lines.append((styled(report.summary(), f"bold {color}"),))
     return lines

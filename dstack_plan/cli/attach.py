@@ -18,14 +18,15 @@ async def attach_runs(project: Project, addresses: list[str]) -> bool:
     running) and counts as success unless a job already failed.
     """
     from dstack_plan.apply.interrupt import Interrupt
-    from dstack_plan.cli.output import print_lines
+    from dstack_plan.cli.output import print_lines, styled
     from dstack_plan.inspect.stream import attached_runs, stream_runs
 
     runs = attached_runs(project, addresses)
     if not runs:
         return True
     names = ", ".join(r.address for r in runs)
-    print_lines([f"[dim]Attached to {names}; Ctrl-C detaches, the jobs keep running.[/]"], True)
+    note = f"Attached to {names}; Ctrl-C detaches, the jobs keep running."
+    print_lines([(styled(note, "dim"),)], True)
     stop = asyncio.Event()
     interrupt = Interrupt()
     interrupt.subscribe(lambda count: stop.set())
@@ -35,7 +36,7 @@ async def attach_runs(project: Project, addresses: list[str]) -> bool:
     for job_id in result.failed:
         info = result.finished[job_id]
         code = f" (exit code {info.exit_code})" if info.exit_code is not None else ""
-        print_lines([f"[red]{job_id}: {info.status.value}{code}[/]"], True)
+        print_lines([(styled(f"{job_id}: {info.status.value}{code}", "red"),)], True)
     if result.detached:
         print_lines([f"Detached from {names}; stop with: dstack stop <run> (see dstack ps)"], True)
     return not result.failed

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -51,26 +52,36 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def print_lines(lines: list[str], stderr: bool = False) -> None:
-    """Print rich-markup lines (colours dropped with --no-color or NO_COLOR)."""
+Part = str | tuple[str, str]
+"""Text as it is, or `(text, style)` with a rich style such as `"bold red"`."""
+Line = str | tuple[Part, ...]
+"""One line of output: plain text, or parts printed one after the other. Text is never
+parsed as markup, so user text (a command, an error message) is shown exactly as written."""
+
+
+def styled(text: str, style: str) -> tuple[str, str]:
+    """A part of a line in `style` (dropped when colours are off or output is piped)."""
+    return (text, style)
+
+
+def print_lines(lines: Iterable[Line], stderr: bool = False) -> None:
+    """Print lines, styled on a terminal and plain otherwise (--no-color, NO_COLOR, a pipe)."""
     stream = sys.stderr if stderr else sys.stdout
-    if _plain(stream):
-        # What a console would print here, without building one (~30 ms of every start):
-        # the markup parsed, the styles dropped. A line without `[` holds no markup, and
-        # most lines of a large plan have none.
-        stream.write("".join(f"{_plain_text(line)}\n" for line in lines))
+    if _plain(stream):  # no console to build (~30 ms of every start), no rich at all
+        stream.write("".join(f"{plain_text(line)}\n" for line in lines))
         return
-    out = console(stderr=stderr)
-    for line in lines:
-        out.print(line)
-
-
-def _plain_text(line: str) -> str:
-    if "[" not in line:
-        return line
     from rich.text import Text
 
-    return Text.from_markup(line, emoji=False).plain
+    out = console(stderr=stderr)
+    for line in lines:
+        out.print(Text(line) if isinstance(line, str) else Text.assemble(*line))
+
+
+def plain_text(line: Line) -> str:
+    """The text of a line without its styles."""
+    if isinstance(line, str):
+        return line
+    return "".join(part if isinstance(part, str) else part[0] for part in line)
 
 
 def _plain(stream: Any) -> bool:
@@ -81,13 +92,6 @@ def _plain(stream: Any) -> bool:
         return False
     isatty = getattr(stream, "isatty", None)
     return not (isatty is not None and isatty())
-
-
-def escape(text: object) -> str:
-    """Text shown verbatim inside rich markup (error messages may contain `[...]`)."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(str(text))
 
 
 def progress(message: str) -> AbstractContextManager[object]:

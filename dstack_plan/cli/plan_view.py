@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dstack_plan.cli.output import Line, Part, styled
 from dstack_plan.plan.model import Action, Plan, ResourceChange
 from dstack_plan.plan.normalize import flatten, spec_from_normalized
 
@@ -32,11 +33,11 @@ _LEGEND = {
 SENSITIVE = "(sensitive)"
 
 
-def render_plan(plan: Plan) -> list[str]:
-    """Lines of rich markup (escape-safe) describing the plan."""
-    lines: list[str] = []
+def render_plan(plan: Plan) -> list[Line]:
+    """The plan as lines for `print_lines`."""
+    lines: list[Line] = []
     for warning in plan.warnings:
-        lines += [f"[yellow]Warning:[/] {_esc(warning)}", ""]
+        lines += [(styled("Warning:", "yellow"), f" {warning}"), ""]
     active = [c for c in plan.changes if c.action is not Action.NOOP]
     if not active:
         message = (
@@ -44,24 +45,24 @@ def render_plan(plan: Plan) -> list[str]:
             if plan.destroy
             else ("Your infrastructure matches the configuration.")
         )
-        lines.append(f"[green]No changes.[/] {message}")
+        lines.append((styled("No changes.", "green"), f" {message}"))
         lines += _noop_notes(plan)
         return lines
     used = [a for a in _LEGEND if any(c.action is a for c in active)]
     lines.append("Resource actions are indicated with the following symbols:")
     for action in used:
-        lines.append(f"  [{_COLORS[action]}]{action.symbol:>3}[/] {_LEGEND[action]}")
+        lines.append(("  ", styled(f"{action.symbol:>3}", _COLORS[action]), f" {_LEGEND[action]}"))
     lines += ["", "dstack-plan will perform the following actions:", ""]
     for change in active:
         lines += _render_change(change)
         lines.append("")
     lines += _noop_notes(plan)
-    lines.append(f"[bold]{plan.summary()}[/]")
+    lines.append((styled(plan.summary(), "bold"),))
     lines.append(f"Estimated cost: ${plan.cost.before:.2f}/h -> ${plan.cost.after:.2f}/h")
     return lines
 
 
-def _noop_notes(plan: Plan) -> list[str]:
+def _noop_notes(plan: Plan) -> list[Line]:
     notes = []
     for change in plan.changes:
         if change.action is Action.NOOP and change.placement is not None:
@@ -69,17 +70,18 @@ def _noop_notes(plan: Plan) -> list[str]:
     return [*notes, ""] if notes else []
 
 
-def _render_change(change: ResourceChange) -> list[str]:
+def _render_change(change: ResourceChange) -> list[Line]:
     color = _COLORS[change.action]
     header = f"  # {change.address} {_header(change)}"
     if change.action_reason in _REASON_HEADERS:
         pass
     elif change.action is Action.DELETE and change.reason:
-        header += f"\n  # (because {_esc(change.reason)})"
+        header += f"\n  # (because {change.reason})"
     elif change.reason and change.action is not Action.UPDATE:
-        header += f" ({_esc(change.reason)})"
-    lines = [f"[bold]{header}[/]"]
-    lines.append(f'[{color}]{change.action.symbol:>3}[/] {change.kind} "{change.name}" {{')
+        header += f" ({change.reason})"
+    lines: list[Line] = [(styled(header, "bold"),)]
+    symbol = styled(f"{change.action.symbol:>3}", color)
+    lines.append((symbol, f' {change.kind} "{change.name}" {{'))
     if change.action is Action.CREATE and change.before is None:
         lines += _attributes("+", "green", change.after or {}, change)
     elif change.action is Action.DELETE:
@@ -88,7 +90,7 @@ def _render_change(change: ResourceChange) -> list[str]:
         lines += _changed_attributes(change)
     lines.append("    }")
     if change.placement is not None:
-        lines.append(f"    [cyan]placement:[/] {_placement(change)}")
+        lines.append(("    ", styled("placement:", "cyan"), f" {_placement(change)}"))
     return lines
 
 
@@ -111,14 +113,14 @@ def _placement(change: ResourceChange) -> str:
     where += f", ${p.price_per_hour:.2f}/h"
     if p.note:
         where += f" — {p.note}"
-    return _esc(where)
+    return where
 
 
-def _attributes(sym: str, color: str, spec: dict[str, Any], change: ResourceChange) -> list[str]:
+def _attributes(sym: str, color: str, spec: dict[str, Any], change: ResourceChange) -> list[Line]:
     flat = {k: v for k, v in flatten(_shown(change.kind, spec)).items() if v not in ({}, [], None)}
     width = max((len(k) for k in flat), default=0)
     return [
-        f"      [{color}]{sym}[/] {key:<{width}} = {_value(key, value)}"
+        ("      ", styled(sym, color), f" {key:<{width}} = {_value(key, value)}")
         for key, value in flat.items()
     ]
 
@@ -135,17 +137,21 @@ def _shown(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return head | {k: v for k, v in explicit.items() if k not in head}
 
 
-def _changed_attributes(change: ResourceChange) -> list[str]:
+def _changed_attributes(change: ResourceChange) -> list[Line]:
     before = flatten(change.before or {})
     after = flatten(change.after or {})
     paths = list(change.changed_paths)
     width = max((len(p) for p in paths), default=0)
-    lines = []
+    lines: list[Line] = []
     for path in paths:
         old, new = before.get(path), after.get(path)
-        mark = " [red]# forces replacement[/]" if path in change.replace_paths else ""
         values = f"{_value(path, old)} -> {_value(path, new)}"
-        lines.append(f"      [yellow]~[/] {path:<{width}} = {values}{mark}")
+        line: tuple[Part, ...] = (
+            "      ", styled("~", "yellow"), f" {path:<{width}} = {values}",
+        )  # fmt: skip
+        if path in change.replace_paths:
+            line += (" ", styled("# forces replacement", "red"))
+        lines.append(line)
     hidden = len(set(before) | set(after)) - len(paths)
     if hidden > 0:
         lines.append(f"        # ({hidden} unchanged attributes hidden)")
@@ -159,8 +165,4 @@ def _value(path: str, value: Any) -> str:
         return SENSITIVE
     if isinstance(value, list) and any(isinstance(v, str) and "${{ secrets." in v for v in value):
         return SENSITIVE
-    return _esc(json.dumps(value, ensure_ascii=False))
-
-
-def _esc(text: str) -> str:
-    return text.replace("[", "\\[")
+    return json.dumps(value, ensure_ascii=False)

@@ -1,4 +1,5 @@
-"""Printing rich markup: plain text for pipes and NO_COLOR, styles only for terminals."""
+"""Printing lines: plain text for pipes and NO_COLOR, styles only for terminals; user text is
+never read as markup."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import io
 
 import pytest
 
-from dstack_plan.cli.output import escape, print_lines
+from dstack_plan.cli.output import Line, print_lines, styled
 
-LINES = [
-    "[green]+[/] create",
-    f"  value = {escape('[not markup]')}",
+LINES: list[Line] = [
+    (styled("+", "green"), " create"),
+    "  value = [bold]not markup[/]",
     '  commands = ["echo :rocket:"]',
-    "[bold]Plan: 1 to add.[/]",
+    (styled("Plan: 1 to add.", "bold"),),
 ]
-PLAIN = '+ create\n  value = [not markup]\n  commands = ["echo :rocket:"]\nPlan: 1 to add.\n'
+PLAIN = (
+    '+ create\n  value = [bold]not markup[/]\n  commands = ["echo :rocket:"]\nPlan: 1 to add.\n'
+)
 
 
 class Terminal(io.StringIO):
@@ -28,7 +31,7 @@ def no_colour_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def test_a_pipe_gets_the_text_without_markup(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pipe_gets_the_text_without_styles(monkeypatch: pytest.MonkeyPatch) -> None:
     out = io.StringIO()
     monkeypatch.setattr("sys.stdout", out)
     print_lines(LINES)
@@ -39,8 +42,9 @@ def test_a_terminal_gets_styles_unless_no_color(monkeypatch: pytest.MonkeyPatch)
     out = Terminal()
     monkeypatch.setattr("sys.stdout", out)
     print_lines(LINES)
-    assert "\x1b[" in out.getvalue() and "[not markup]" in out.getvalue()
-    assert "echo :rocket:" in out.getvalue()  # user text as written, no emoji
+    styled_text = out.getvalue()
+    assert "\x1b[" in styled_text and "[bold]not markup[/]" in styled_text
+    assert "echo :rocket:" in styled_text  # user text as written: no markup, no emoji
     out.seek(0)
     out.truncate()
     monkeypatch.setenv("NO_COLOR", "1")

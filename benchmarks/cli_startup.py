@@ -13,8 +13,8 @@ runs the way this sandbox runs Python (`PYTHONDONTWRITEBYTECODE=1` and no `.pyc`
 
 Targets: `--help` under 0.25 s, `plan` under 0.5 s. (dstack's own CLI takes ~1 s for `--help`.)
 Two reference rows put them in proportion: an empty Python process, and one that only imports
-the libraries `dstack plan` needs (pydantic, typer, asyncio, h11, PyYAML, rich's text) and
-builds one pydantic model.
+the libraries `dstack plan` needs (pydantic, typer, asyncio, h11, PyYAML; rich only on a
+terminal) and builds one pydantic model.
 
     python benchmarks/cli_startup.py [-n 10]
 """
@@ -70,7 +70,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], expect: str) -> float:
 
 
 LIBRARIES = """\
-import asyncio, h11, pydantic, rich.text, typer, yaml
+import asyncio, h11, pydantic, typer, yaml
 class Model(pydantic.BaseModel):
     a: int
 print(Model(a=1).a)

@@ -143,7 +143,8 @@ class Project:
     async def refresh(self, snapshot: StateSnapshot | None = None) -> Refresh:
         """Read the state (unless given the snapshot just read) and ask agents and providers
         what exists now. Nothing is written."""
-        snapshot = snapshot or self.backend.read()
+        if snapshot is None:
+            snapshot = self.backend.read()
         handlers = self.handlers()
         ctx = self.context()
         # one batch per handler, so a handler can ask each agent or provider once for all
@@ -245,7 +246,7 @@ class Project:
             if fleet != LOCAL_FLEET:
                 result[resource.address] = Placement(
                     fleet=fleet,
-                    provider=providers.get(resource.address) or _provider_of(resource, fleets),
+                    provider=providers[resource.address],
                     note="machines known after apply",
                 )
                 continue

@@ -93,7 +93,6 @@ class AgentClient:
             if address.scheme != "http" or not address.hostname:
                 raise ValueError(f"agent URL must be http://HOST:PORT, got {base_url!r}")
             connect = tcp(address.hostname, address.port or 80)
-        # never a proxy from the environment: nothing but the agent may see its token
         self._http = HttpClient(
             connect,
             host=address.netloc or self.host,

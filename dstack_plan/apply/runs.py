@@ -208,11 +208,6 @@ def _refreshed(current: ResourceState, known: Mapping[str, JobInfo]) -> Refreshe
     return Refreshed(run_status(list(infos.values())), attributes)
 
 
-def _job_ids(run: ResourceState) -> set[str]:
-    records = run.attributes.get("jobs", [])
-    return {str(r["id"]) for r in records if isinstance(r, dict) and "id" in r}
-
-
 def _jobs_to_remove(
     current: ResourceState,
     listed: Sequence[JobInfo],

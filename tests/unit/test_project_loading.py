@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -50,7 +52,18 @@ def test_the_plan_is_the_one_a_single_core_makes(
     assert len(serial.changes) == 36
 
 
-def test_a_broken_state_stops_the_parsing_children(tmp_path: Path, parallel: None) -> None:
+def test_a_broken_state_stops_the_parsing_children(
+    tmp_path: Path, parallel: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = os.getpid()
+    load_file = loader._load_file
+
+    def slow_in_children(file: tuple[str, str], normalize: bool = False) -> object:
+        if os.getpid() != parent:
+            time.sleep(30)  # still parsing when the state read fails
+        return load_file(file, normalize)
+
+    monkeypatch.setattr(loader, "_load_file", slow_in_children)
     write_project(tmp_path, files=30)
     (tmp_path / "state.json").write_text("{not json")
     with pytest.raises(StateError, match="not valid JSON"):

@@ -80,7 +80,9 @@ app.add_typer(state_cmd.app, name="state")
 
 def main() -> None:
     from dstack_plan.errors import DstackPlanError
+    from dstack_plan.gcpause import spare_exit_collection
 
+    spare_exit_collection()
     try:
         app()
     except DstackPlanError as e:

@@ -54,7 +54,9 @@ _SYMBOLS = {
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Validators are built on first use: `dstack plan` builds plans from values it computed
+    # itself (`model_construct`) and validates only plans read back from a file.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Placement(Frozen):
@@ -114,8 +116,8 @@ class Plan(Frozen):
     destroy: bool = False
     targets: tuple[str, ...] = ()
     replace: tuple[str, ...] = ()
-    changes: tuple[ResourceChange, ...] = Field(default=())
-    cost: Cost = Cost()
+    changes: tuple[ResourceChange, ...] = ()
+    cost: Cost = Field(default_factory=Cost)
     warnings: tuple[str, ...] = ()
 
     @property

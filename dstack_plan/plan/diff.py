@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dstack_plan.plan.kinds import is_in_place
+from dstack_plan.plan.kinds import ignored_paths, is_in_place
 from dstack_plan.plan.normalize import flatten, get_path, with_path
 
 
@@ -23,11 +23,12 @@ class SpecDiff:
         return not self.changed
 
 
-def diff_specs(
-    kind: str, before: dict[str, Any], after: dict[str, Any], ignore: tuple[str, ...] = ()
-) -> SpecDiff:
+def diff_specs(kind: str, before: dict[str, Any], after: dict[str, Any]) -> SpecDiff:
+    """What changed from `before` to `after`, leaving out the desired spec's
+    `lifecycle.ignore_changes` paths (kept at their `before` values)."""
     if before == after:  # most resources of a plan: nothing to walk
         return SpecDiff((), (), after)
+    ignore = ignored_paths(after)
     flat_before = flatten(before)
     flat_after = flatten(after)
     paths = sorted(set(flat_before) | set(flat_after))

@@ -13,7 +13,7 @@ from typing import Any
 from dstack_plan.errors import PlanError
 from dstack_plan.graph import dag
 from dstack_plan.plan.diff import diff_specs
-from dstack_plan.plan.kinds import create_before_destroy, ignored_paths, prevents_destroy
+from dstack_plan.plan.kinds import create_before_destroy, prevents_destroy
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Cost, Placement, Plan, ResourceChange
 from dstack_plan.state.model import ResourceState, State
 
@@ -123,7 +123,7 @@ def _classify(
     if wanted is None:
         assert current is not None
         reason = "destroy requested" if inputs.options.destroy else "not in configuration"
-        return _change(
+        return ResourceChange(
             address=address, kind=current.kind, name=current.name, provider=current.provider,
             action=Action.DELETE, before=current.spec, reason=reason,
             action_reason=None if inputs.options.destroy else "delete_because_no_resource_config",
@@ -134,55 +134,50 @@ def _classify(
         depends_on=wanted.depends_on, placement=placement, secrets=wanted.secrets,
     )  # fmt: skip
     if current is None:
-        return _change(**common, action=Action.CREATE, after=wanted.spec)
+        return ResourceChange(**common, action=Action.CREATE, after=wanted.spec)
     if address in inputs.drift:
-        return _change(
+        return ResourceChange(
             **common, action=Action.CREATE, before=current.spec, after=wanted.spec,
             reason=f"drift: {inputs.drift[address]}",
         )  # fmt: skip
-    replace_action = (
-        Action.CREATE_THEN_DELETE
-        if create_before_destroy(wanted.spec)
-        else Action.DELETE_THEN_CREATE
-    )
-    diff = diff_specs(wanted.kind, current.spec, wanted.spec, ignored_paths(wanted.spec))
+    diff = diff_specs(wanted.kind, current.spec, wanted.spec)
     if address in inputs.options.replace:
-        return _change(
-            **common, action=replace_action, before=current.spec, after=diff.after,
+        return ResourceChange(
+            **common, action=_replace_action(wanted), before=current.spec, after=diff.after,
             changed_paths=diff.changed, reason="requested with --replace",
             action_reason="replace_by_request",
         )  # fmt: skip
     if current.tainted:
-        return _change(
-            **common, action=replace_action, before=current.spec, after=diff.after,
+        return ResourceChange(
+            **common, action=_replace_action(wanted), before=current.spec, after=diff.after,
             changed_paths=diff.changed, reason="tainted (a previous apply failed midway)",
             action_reason="replace_because_tainted",
         )  # fmt: skip
     if diff.forces_replacement:
-        return _change(
-            **common, action=replace_action, before=current.spec, after=diff.after,
+        return ResourceChange(
+            **common, action=_replace_action(wanted), before=current.spec, after=diff.after,
             changed_paths=diff.changed, replace_paths=diff.forces_replacement,
             reason="forces replacement: " + ", ".join(diff.forces_replacement),
             action_reason="replace_because_cannot_update",
         )  # fmt: skip
     if DEPOSED_KEY in current.attributes:
-        return _change(
+        return ResourceChange(
             **common, action=Action.UPDATE, before=current.spec, after=diff.after,
             changed_paths=diff.changed,
             reason="an object left by a failed replacement (deposed) will be destroyed",
         )  # fmt: skip
     if diff.changed:
-        return _change(
+        return ResourceChange(
             **common, action=Action.UPDATE, before=current.spec, after=diff.after,
             changed_paths=diff.changed, reason="update in place: " + ", ".join(diff.changed),
         )  # fmt: skip
-    return _change(**common, action=Action.NOOP, before=current.spec, after=diff.after)
+    return ResourceChange(**common, action=Action.NOOP, before=current.spec, after=diff.after)
 
 
-def _change(**fields: Any) -> ResourceChange:
-    # Every value comes typed from state, the normalised configuration or the diff; validating
-    # 10,000 changes again would cost a fifth of a large plan.
-    return ResourceChange.model_construct(**fields)
+def _replace_action(wanted: DesiredItem) -> Action:
+    if create_before_destroy(wanted.spec):
+        return Action.CREATE_THEN_DELETE
+    return Action.DELETE_THEN_CREATE
 
 
 def _check_prevent_destroy(changes: list[ResourceChange], options: PlanOptions) -> None:

@@ -52,3 +52,23 @@ def test_a_cycle_is_reported_even_beside_acyclic_parts() -> None:
     assert cycle[0] == cycle[-1] and len(cycle) == 4
     for dependent, dependency in zip(cycle, cycle[1:], strict=False):
         assert dependency in edges[dependent], (dependent, dependency)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_batches_match_graphlibs_generations_on_random_dags(seed: int) -> None:
+    import random
+    from graphlib import TopologicalSorter
+
+    rng = random.Random(seed)
+    names = [f"task.t{i}" for i in range(60)]
+    # edges only to earlier names: acyclic, in a shuffled key order
+    edges = {n: rng.sample(names[:i], k=min(i, rng.randint(0, 4))) for i, n in enumerate(names)}
+    shuffled = dict(rng.sample(sorted(edges.items()), k=len(edges)))
+    sorter = TopologicalSorter(shuffled)
+    sorter.prepare()
+    expected = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())
+        expected.append(ready)
+        sorter.done(*ready)
+    assert dag.build_ordered(shuffled)[1] == expected

@@ -158,7 +158,7 @@ class Project:
         for handler, currents in batches.values():
             found.update(await handler.refresh_many(currents, ctx))
         drift: dict[str, str] = {}
-        resources = dict(snapshot.state.resources)
+        changed: dict[str, ResourceState] = {}
         for address, current in snapshot.state.resources.items():
             if address not in found:  # tainted: the plan replaces it whatever exists
                 continue
@@ -170,12 +170,12 @@ class Project:
                 attributes[DEPOSED_KEY] = current.attributes[DEPOSED_KEY]
             if refreshed.status == current.status and attributes == current.attributes:
                 continue  # what `updated` would return unchanged, without re-validating it
-            resources[address] = current.updated(
+            changed[address] = current.updated(
                 now=current.updated_at, status=refreshed.status, attributes=attributes
             )
         state = snapshot.state
-        if any(resources[a] is not r for a, r in state.resources.items()):
-            state = state.model_copy(update={"resources": resources})
+        if changed:
+            state = state.model_copy(update={"resources": {**state.resources, **changed}})
         return Refresh(snapshot, state, drift)
 
     async def plan(self, options: PlanOptions | None = None) -> tuple[Plan, Refresh]:

@@ -89,7 +89,7 @@ class RunHandler(ResourceHandler):
         if not isinstance(spec, ServiceSpec):
             return Outcome(status=current.status, attributes=attributes)
         # scale a service: add missing replicas, stop the surplus
-        agent = await self.agent_for(str(attributes.get("fleet", LOCAL_FLEET)), change.address)
+        agent = await self.agent_for(fleet_of(current), change.address)
         records = list(attributes.get("jobs", []))
         wanted = slots(spec)
         have = {(r["replica"], r["node"]) for r in records}
@@ -111,7 +111,7 @@ class RunHandler(ResourceHandler):
         records = list(current.attributes.get("jobs", []))
         if not records:
             return Refreshed(current.status, dict(current.attributes))
-        agent = await self.agent_for(_fleet(current), current.address)
+        agent = await self.agent_for(fleet_of(current), current.address)
         return _refreshed(current, await _infos(agent, [r["id"] for r in records]))
 
     async def refresh_many(
@@ -124,7 +124,7 @@ class RunHandler(ResourceHandler):
             if not current.attributes.get("jobs"):
                 found[current.address] = Refreshed(current.status, dict(current.attributes))
                 continue
-            fleet = _fleet(current)
+            fleet = fleet_of(current)
             jobs = listings.get(fleet)
             if jobs is None:
                 agent = await self.agent_for(fleet, current.address)
@@ -133,8 +133,7 @@ class RunHandler(ResourceHandler):
         return found
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
-        fleet = str(current.attributes.get("fleet", LOCAL_FLEET))
-        agent = await self.agent_for(fleet, current.address)
+        agent = await self.agent_for(fleet_of(current), current.address)
         spec = spec_from_normalized(current.kind, current.spec)
         assert isinstance(spec, RunSpec)
         listed = await agent.list_jobs(run_name=current.name)
@@ -188,8 +187,9 @@ class RunHandler(ResourceHandler):
         await asyncio.gather(*(one(i) for i in ids))
 
 
-def _fleet(current: ResourceState) -> str:
-    return str(current.attributes.get("fleet", LOCAL_FLEET))
+def fleet_of(run: ResourceState) -> str:
+    """The fleet a run in state is on, as its create recorded it (`local` before fleets)."""
+    return str(run.attributes.get("fleet", LOCAL_FLEET))
 
 
 def _refreshed(current: ResourceState, known: Mapping[str, JobInfo]) -> Refreshed:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from dstack_plan.apply.runs import fleet_of
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.state.model import ResourceState, State
@@ -115,12 +116,6 @@ def job_records(run: ResourceState) -> list[dict[str, Any]]:
     records = run.attributes.get("jobs", [])
     jobs = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
     return sorted(jobs, key=lambda r: (int(r.get("replica", 0)), int(r.get("node", 0))))
-
-
-def fleet_of(run: ResourceState) -> str:
-    from dstack_plan.providers.local import LOCAL_FLEET
-
-    return str(run.attributes.get("fleet", LOCAL_FLEET))
 
 
 async def list_runs(

@@ -55,8 +55,8 @@ _SYMBOLS = {
 
 
 class Frozen(BaseModel):
-    # Validators are built on first use: `dstack plan` builds plans from values it computed
-    # itself (`model_construct`) and validates only plans read back from a file.
+    # Validators are built on first use: `dstack plan` constructs its plan from values it
+    # computed itself (`model_construct`); only placements and saved plans are validated.
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
@@ -79,7 +79,7 @@ class Placement(Frozen):
 @dataclass(frozen=True, slots=True)
 class ResourceChange:
     """One address's change. A plain dataclass: a large plan makes ten thousand of them from
-    values already typed (state, normalised configuration, diff), at a third of a model's
+    values already typed (state, normalised configuration, diff), at under half a model's
     cost. `Plan` still validates them when a saved plan is read back."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")

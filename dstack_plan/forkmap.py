@@ -9,7 +9,6 @@ itself meanwhile, so on one core (or for small inputs) nothing is forked at all.
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -167,6 +166,8 @@ def _map_slice(func: Callable[[Any], Any], items: Sequence[Any], send: Any) -> N
     # wakeup fd it inherited from the parent's event loop: one key press counted twice.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.set_wakeup_fd(-1)
+    import pickle  # noqa: PLC0415 - loaded by multiprocessing already; not needed without forks
+
     try:
         payload = pickle.dumps(("ok", [func(item) for item in items]), protocol=5)
     except BaseException as err:  # reported, and the parent maps the slice itself
@@ -179,6 +180,8 @@ def _map_slice(func: Callable[[Any], Any], items: Sequence[Any], send: Any) -> N
 
 
 def _collect(child: Any, receive: Any) -> list[Any] | None:
+    import pickle  # noqa: PLC0415 - loaded by multiprocessing already; not needed without forks
+
     try:
         status, value = pickle.loads(receive.recv_bytes())
     except (EOFError, OSError, pickle.UnpicklingError):

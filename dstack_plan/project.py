@@ -18,15 +18,12 @@ from dstack_plan.apply.records import for_handler
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.clock import Clock, SystemClock
-from dstack_plan.config.fleet import FleetSpec
-from dstack_plan.config.gateway import GatewaySpec
 from dstack_plan.config.interpolation import referenced_secrets
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.loader import load_project, start_loading
 from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
-from dstack_plan.config.volume import VolumeSpec
 from dstack_plan.gcpause import gc_paused
 from dstack_plan.graph.references import dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Placement, Plan
@@ -322,13 +319,8 @@ def _fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:
 
 def _provider_of(resource: Resource, fleets: dict[str, Resource]) -> str:
     spec = resource.spec
-    if isinstance(spec, FleetSpec):
-        if spec.is_ssh:
-            return "ssh"
-        return spec.backends[0] if spec.backends and len(spec.backends) == 1 else "cloud"
-    if isinstance(spec, VolumeSpec | GatewaySpec):
-        return spec.backend
-    assert isinstance(spec, RunSpec)
+    if not isinstance(spec, RunSpec):
+        return spec.provider  # a fleet, volume or gateway says where it lives
     named = spec.fleet_names()
     fleet_name = named[0] if named else (next(iter(fleets)) if fleets else LOCAL_FLEET)
     if fleet_name == LOCAL_FLEET or fleet_name not in fleets:

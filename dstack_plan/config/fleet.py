@@ -153,3 +153,10 @@ class FleetSpec(ResourceSpec, PlacementParams):
     @property
     def is_ssh(self) -> bool:
         return self.ssh_config is not None
+
+    @property
+    def provider(self) -> str:
+        """Where the fleet's machines come from: `ssh`, its one backend, or `cloud` (any)."""
+        if self.is_ssh:
+            return "ssh"
+        return self.backends[0] if self.backends and len(self.backends) == 1 else "cloud"

@@ -40,3 +40,8 @@ class GatewaySpec(ResourceSpec):
     instance_type: str | None = None
     replicas: int = Field(default=1, ge=1, le=3)
     tags: dict[str, str] | None = None
+
+    @property
+    def provider(self) -> str:
+        """The provider that holds it: its backend."""
+        return self.backend

@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from dstack_plan.config import interpolation, yaml_fast
-from dstack_plan.config.kinds import SPEC_BY_KIND
+from dstack_plan.config.kinds import KINDS, spec_class
 from dstack_plan.config.resource import Desired, Resource, Source
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.errors import ConfigError, ConfigIssue
@@ -192,12 +192,12 @@ def _build(
         return None
     kind = data.get("type")
     if kind is None:
-        known = ", ".join(SPEC_BY_KIND)
+        known = ", ".join(KINDS)
         pending.append(PendingIssue(index, (), f"missing required key 'type' (one of: {known})"))
         return None
-    model = SPEC_BY_KIND.get(kind) if isinstance(kind, str) else None
+    model = spec_class(kind) if isinstance(kind, str) and kind in KINDS else None
     if model is None:
-        known = ", ".join(SPEC_BY_KIND)
+        known = ", ".join(KINDS)
         pending.append(PendingIssue(index, ("type",), f"unknown type {kind!r} (one of: {known})"))
         return None
     before = len(pending)

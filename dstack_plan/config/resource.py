@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dstack_plan.config.kinds import AnySpec
+if TYPE_CHECKING:
+    from dstack_plan.config.kinds import AnySpec
 
 
 @dataclass(frozen=True)

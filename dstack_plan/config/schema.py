@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dstack_plan.config.kinds import SPEC_BY_KIND
+from dstack_plan.config.kinds import KINDS, spec_class
 
-KINDS = tuple(SPEC_BY_KIND)
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def kind_schema(kind: str) -> dict[str, Any]:
-    model = SPEC_BY_KIND[kind]
+    model = spec_class(kind)
     schema = model.model_json_schema(mode="validation")
     schema["properties"]["type"] = {"const": kind, "type": "string"}
     schema.setdefault("required", [])

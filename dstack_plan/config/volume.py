@@ -25,6 +25,11 @@ class VolumeSpec(ResourceSpec):
     access_modes: tuple[str, ...] | None = None
     read_only: bool | None = None
 
+    @property
+    def provider(self) -> str:
+        """The provider that holds it: its backend."""
+        return self.backend
+
     @model_validator(mode="after")
     def _shape(self) -> VolumeSpec:
         if self.backend == "kubernetes":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dstack_plan.config.gateway import GatewaySpec
 from dstack_plan.config.loader import issue_at
 from dstack_plan.config.resource import Desired
 from dstack_plan.config.run_fields import NetworkVolumeMount
@@ -56,7 +55,12 @@ def _mounted_volume_names(spec: RunSpec) -> list[str]:
 
 
 def _default_gateway(desired: Desired) -> str | None:
-    gateways = [r for r in desired.of_kind("gateway") if isinstance(r.spec, GatewaySpec)]
+    declared = desired.of_kind("gateway")
+    if not declared:
+        return None
+    from dstack_plan.config.gateway import GatewaySpec  # noqa: PLC0415 - only when declared
+
+    gateways = [r for r in declared if isinstance(r.spec, GatewaySpec)]
     defaults = [r.name for r in gateways if r.spec.default]
     return defaults[0] if defaults else None
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dstack_plan.config.kinds import SPEC_BY_KIND, AnySpec
+from dstack_plan.config.kinds import spec_class
+
+if TYPE_CHECKING:
+    from dstack_plan.config.kinds import AnySpec
 
 
 def spec_from_normalized(kind: str, data: dict[str, Any]) -> AnySpec:
     """Rebuild the typed spec from its normalised JSON (a saved plan or state entry)."""
-    return SPEC_BY_KIND[kind].model_validate(data)
+    return spec_class(kind).model_validate(data)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The `dstack` console script: one typer app, one module per command.
+"""The `dstack` command line: one typer app, one module per command.
 
 Command modules import their heavy dependencies inside the command, so `dstack --help` stays fast.
 A run of one command builds only that command: typer turns every registered function into a click
@@ -118,10 +118,9 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
+    """Run the command `sys.argv` names; errors are printed, never shown as tracebacks."""
     from dstack_plan.errors import DstackPlanError
-    from dstack_plan.gcpause import spare_exit_collection
 
-    spare_exit_collection()
     try:
         build_app(only=invoked_command(sys.argv[1:]))()
     except DstackPlanError as e:

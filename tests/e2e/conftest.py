@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-CLI = [sys.executable, "-m", "dstack_plan.cli.app"]
+CLI = [sys.executable, "-m", "dstack_plan.cli"]
 Dstack = Callable[..., subprocess.CompletedProcess]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
-DSTACK = [sys.executable, "-m", "dstack_plan.cli.app"]
+DSTACK = [sys.executable, "-m", "dstack_plan.cli"]
 
 
 def run(

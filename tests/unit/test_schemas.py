@@ -65,7 +65,7 @@ def test_schema_rejects_an_unknown_key() -> None:
 
 def test_dstack_schema_command_prints_each_kind() -> None:
     for kind in ("task", None):
-        args = [sys.executable, "-m", "dstack_plan.cli.app", "schema"] + ([kind] if kind else [])
+        args = [sys.executable, "-m", "dstack_plan.cli", "schema"] + ([kind] if kind else [])
         out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
         name = f"{kind}.schema.json" if kind else "dstack.schema.json"
         assert json.loads(out) == json.loads((SCHEMAS / name).read_text())

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
 class DstackPlanError(Exception):
     """Base of every error a user can cause; never a bug."""
 
 
-@dataclass(frozen=True)
-class ConfigIssue:
+class ConfigIssue(NamedTuple):
     """One problem in a configuration file, pointing at the offending key or value."""
 
     file: str

@@ -9,25 +9,23 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.state.model import ResourceState
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What a create or update produced, to be recorded in state."""
 
     status: str
     """e.g. `running`, `submitted`, `active`, `idle`."""
-    attributes: dict[str, Any] = field(default_factory=dict)
+    attributes: dict[str, Any]
     """Provider facts: job ids, hosts, instance ids, price_per_hour (JSON data, no secrets)."""
 
 
-@dataclass(frozen=True)
-class Refreshed:
+class Refreshed(NamedTuple):
     """What refresh found out about a resource in state."""
 
     status: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pydantic import SecretStr
 
@@ -20,8 +20,7 @@ from dstack_plan.scheduler.matching import gpus_wanted
 GB = 2**30
 
 
-@dataclass(frozen=True)
-class JobSlot:
+class JobSlot(NamedTuple):
     """Which job of a run: replica (services) and node (multi-node tasks)."""
 
     replica: int
@@ -59,8 +58,7 @@ def initial_replicas(spec: ServiceSpec) -> int:
     return max(low, 1) if spec.replicas.max else low
 
 
-@dataclass(frozen=True)
-class JobContext:
+class JobContext(NamedTuple):
     run_name: str
     run_id: str
     generation: int

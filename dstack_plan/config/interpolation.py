@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _EXPR_RE = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -22,8 +21,7 @@ NAMESPACES: dict[str, frozenset[str] | None] = {
 }
 
 
-@dataclass(frozen=True)
-class Reference:
+class Reference(NamedTuple):
     namespace: str
     name: str
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from dstack_plan.config.kinds import AnySpec
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     """Where a resource was declared."""
 
     file: str

@@ -6,8 +6,7 @@ import difflib
 import types
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
@@ -15,8 +14,7 @@ if TYPE_CHECKING:  # the locator (ruamel.yaml) is only imported when there is an
     from dstack_plan.config.locate import PathItem, Target
 
 
-@dataclass(frozen=True)
-class PendingIssue:
+class PendingIssue(NamedTuple):
     """A problem found in a document, waiting for its position to be looked up."""
 
     document: int

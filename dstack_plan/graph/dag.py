@@ -8,14 +8,13 @@ budget is 500 ms, and a plan needs none of its other algorithms.)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
+from typing import NamedTuple
 
 from dstack_plan.errors import PlanError
 
 
-@dataclass(frozen=True)
-class Dag:
+class Dag(NamedTuple):
     """Resources and their dependency edges, in both directions; acyclic by construction."""
 
     dependencies: Mapping[str, frozenset[str]]

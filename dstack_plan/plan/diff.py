@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from dstack_plan.plan.kinds import ignored_paths, is_in_place
 from dstack_plan.plan.normalize import flatten, get_path, with_path
 
 
-@dataclass(frozen=True)
-class SpecDiff:
+class SpecDiff(NamedTuple):
     changed: tuple[str, ...]
     """Dotted paths whose values differ (ignored paths excluded)."""
     forces_replacement: tuple[str, ...]

@@ -7,8 +7,8 @@ scheduler) comes in as arguments.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from dstack_plan.errors import PlanError
 from dstack_plan.graph import dag
@@ -18,8 +18,7 @@ from dstack_plan.plan.model import DEPOSED_KEY, Action, Cost, Placement, Plan, R
 from dstack_plan.state.model import ResourceState, State
 
 
-@dataclass(frozen=True)
-class DesiredItem:
+class DesiredItem(NamedTuple):
     """One declared resource, normalised, as the planner sees it."""
 
     address: str
@@ -31,8 +30,7 @@ class DesiredItem:
     secrets: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class PlanOptions:
+class PlanOptions(NamedTuple):
     destroy: bool = False
     targets: tuple[str, ...] = ()
     replace: tuple[str, ...] = ()
@@ -40,14 +38,13 @@ class PlanOptions:
     """Addresses whose prevent_destroy is overridden for this plan (explicit user flag)."""
 
 
-@dataclass(frozen=True)
-class PlanInputs:
+class PlanInputs(NamedTuple):
     desired: Sequence[DesiredItem]
     state: State
     state_exists: bool
-    drift: Mapping[str, str] = field(default_factory=dict)
+    drift: Mapping[str, str] = MappingProxyType({})
     """address -> why refresh found it gone (e.g. `jobs gone`)."""
-    placements: Mapping[str, Placement] = field(default_factory=dict)
+    placements: Mapping[str, Placement] = MappingProxyType({})
     options: PlanOptions = PlanOptions()
 
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.providers.base import MachineResources
 from dstack_plan.scheduler.matching import gpus_wanted, mismatch
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """A machine a run may use."""
 
     fleet: str
@@ -22,8 +21,7 @@ class Candidate:
     price_per_hour: float = 0.0
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     hosts: tuple[Candidate, ...] = ()
     """One machine per job, in job order; empty when the run cannot be placed."""
     reason: str | None = None

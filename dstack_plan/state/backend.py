@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.errors import StateError
@@ -27,8 +26,7 @@ ABSENT: Final = "absent"
 """The version token of a state that has never been written."""
 
 
-@dataclass(frozen=True)
-class StateSnapshot:
+class StateSnapshot(NamedTuple):
     """A state as read (or just written) together with the version token to CAS against."""
 
     state: State

@@ -191,15 +191,14 @@ def _build(
         pending.append(PendingIssue(index, (), "expected a mapping with a 'type' key"))
         return None
     kind = data.get("type")
+    known = ", ".join(KINDS)
     if kind is None:
-        known = ", ".join(KINDS)
         pending.append(PendingIssue(index, (), f"missing required key 'type' (one of: {known})"))
         return None
-    model = spec_class(kind) if isinstance(kind, str) and kind in KINDS else None
-    if model is None:
-        known = ", ".join(KINDS)
+    if not isinstance(kind, str) or kind not in KINDS:
         pending.append(PendingIssue(index, ("type",), f"unknown type {kind!r} (one of: {known})"))
         return None
+    model = spec_class(kind)
     before = len(pending)
     if may_reference:
         for path, message in interpolation.scan(data):

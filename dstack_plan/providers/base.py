@@ -48,6 +48,8 @@ class MachineResources(_Frozen):
 class Offer(_Frozen):
     """A machine a provider can hand out, and at what price."""
 
+    model_config = ConfigDict(defer_build=True)  # only cloud fleets ask for offers
+
     provider: str
     instance_type: str
     region: str

@@ -50,8 +50,9 @@ class LockInfo(BaseModel):
     """Who holds the operation lock, for what, since when and until when (unless renewed)."""
 
     # Lock records are only displayed and compared by id, so fields added by a newer
-    # version must not make an older one unable to show who holds the lock.
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # version must not make an older one unable to show who holds the lock. Built on first
+    # use: `plan` never takes the lock.
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     id: str
     operation: str

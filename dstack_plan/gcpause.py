@@ -80,11 +80,11 @@ YOUNG_COLLECTION_THRESHOLD = 50_000
 def collect_less_often() -> None:
     """Run the young-generation collection every 50,000 new objects instead of every 700.
 
-    Starting a command creates tens of thousands of objects that live until exit (modules,
-    model classes, validators): at the default threshold the collector ran ~70 times in
-    `dstack plan`, scanning them for nothing (15 ms, 3% of its run). Cycles are still found,
-    in larger batches, so long-running commands (`apply --attach`, `watch`) keep a bounded
-    amount of garbage; mypy runs with a threshold of 200,000 for the same reason.
+    A command's work (validators built on first use, a large plan, an apply's records) also
+    creates many objects that live until exit; at the default threshold the collector keeps
+    rescanning them. Cycles are still found, in larger batches, so long-running commands
+    (`apply --attach`, `logs -f`) keep a bounded amount of garbage; mypy runs with a
+    threshold of 200,000 for the same reason.
     """
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, oldest)

@@ -11,10 +11,17 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer 0.26+ vendors click
+    from typer._click.exceptions import UsageError
+except ImportError:  # earlier versions depend on click itself
+    from click.exceptions import UsageError
 
 # name -> (module in dstack_plan.cli, function, extra settings); in the order `--help` lists them
 _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -69,10 +76,37 @@ def _configure_logging(level: str, log_format: str) -> None:
     configure(level.lower(), log_format)
 
 
+@contextmanager
+def _usage_errors_exit_1() -> Iterator[None]:
+    try:
+        yield
+    except UsageError as e:
+        e.exit_code = 1
+        raise
+
+
+class _Group(TyperGroup):
+    """The top-level group: bad usage (an unknown option or command, a missing or invalid
+    argument) exits 1, like every other error.
+
+    click exits 2 there, but 2 is what `dstack plan --detailed-exitcode` answers when changes
+    are present: a CI gate must not read a typo as a pending change. Terraform exits 1 too.
+    """
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _usage_errors_exit_1():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _usage_errors_exit_1():
+            return super().invoke(ctx)
+
+
 def build_app(only: str | None = None) -> typer.Typer:
     """The `dstack` typer app with every command, or with only the command named `only`."""
     cli = typer.Typer(
         name="dstack",
+        cls=_Group,
         help="Terraform-style plan/apply for AI compute, speaking dstack's YAML.",
         no_args_is_help=True,
         add_completion=False,

@@ -66,4 +66,4 @@ def test_the_cli_logs_json_lines_to_stderr(tmp_path: Path) -> None:
 
 def test_the_cli_refuses_an_unknown_format() -> None:
     result = CliRunner().invoke(app, ["--log-format", "xml", "graph"])
-    assert result.exit_code == 2 and "--log-format one of text, json" in result.output
+    assert result.exit_code == 1 and "--log-format one of text, json" in result.output

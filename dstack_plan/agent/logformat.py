@@ -10,6 +10,7 @@ import logging
 from datetime import datetime, timezone
 
 FORMATS = ("text", "json")
+LEVELS = ("debug", "info", "warning", "error")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -31,9 +32,15 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str, log_format: str) -> None:
-    """Send the process's log records to stderr at `level` ("debug"...), as text or JSON."""
-    if log_format not in FORMATS:
-        raise ValueError(f"unknown log format {log_format!r} (one of: {', '.join(FORMATS)})")
+    """Send the process's log records to stderr at `level` (one of LEVELS), as text or JSON.
+
+    Raises ValueError, naming the choices, for an unknown level or format.
+    """
+    if level.lower() not in LEVELS or log_format not in FORMATS:
+        raise ValueError(
+            f"got log level {level!r} and format {log_format!r}: the level is one of "
+            f"{', '.join(LEVELS)}, the format one of {', '.join(FORMATS)}"
+        )
     handler = logging.StreamHandler()  # stderr
     formatter = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
     handler.setFormatter(formatter)

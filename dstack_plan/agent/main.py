@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dstack_plan.agent import daemon
 from dstack_plan.agent.datadir import DataDir
-from dstack_plan.agent.logformat import FORMATS, configure
+from dstack_plan.agent.logformat import FORMATS, LEVELS, configure
 from dstack_plan.agent.protocol import AGENT_VERSION, DEFAULT_LOG_MAX_BYTES
 
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -54,9 +54,7 @@ def _parser() -> argparse.ArgumentParser:
             default=DEFAULT_LOG_MAX_BYTES,
             help="per-job log cap; older output is rotated away (default 64M)",
         )
-        sub.add_argument(
-            "--log-level", default="info", choices=["debug", "info", "warning", "error"]
-        )
+        sub.add_argument("--log-level", default="info", choices=LEVELS)
         sub.add_argument(
             "--log-format", default="text", choices=FORMATS, help="the agent's own log lines"
         )

@@ -66,14 +66,12 @@ def _global(
 
 
 def _configure_logging(level: str, log_format: str) -> None:
-    from dstack_plan.agent.logformat import FORMATS, configure
+    from dstack_plan.agent.logformat import configure
 
-    levels = ("debug", "info", "warning", "error")
-    if level.lower() not in levels or log_format not in FORMATS:
-        raise typer.BadParameter(
-            f"--log-level is one of {', '.join(levels)}; --log-format one of {', '.join(FORMATS)}"
-        )
-    configure(level.lower(), log_format)
+    try:
+        configure(level.lower(), log_format)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 @contextmanager

@@ -19,7 +19,7 @@ BAD_USAGE = [
     (["state", "lst"], "No such command 'lst'"),
     (["plan", "--parallelism", "x"], "No such option"),
     (["apply", "--parallelism", "many"], "Invalid value for '--parallelism'"),
-    (["--log-format", "xml", "graph"], "--log-format one of text, json"),
+    (["--log-format", "xml", "graph"], "the format one of text, json"),
     ([], "Usage: dstack"),
 ]
 

@@ -47,9 +47,11 @@ def test_an_exception_travels_inside_the_line() -> None:
     assert "RuntimeError: boom" in entry["exception"]
 
 
-def test_unknown_format_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown log format 'xml'"):
+def test_an_unknown_format_or_level_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="format 'xml'.*the format one of text, json"):
         configure("info", "xml")
+    with pytest.raises(ValueError, match="level 'loud'.*debug, info, warning, error"):
+        configure("loud", "text")
 
 
 def test_the_cli_logs_json_lines_to_stderr(tmp_path: Path) -> None:
@@ -66,4 +68,4 @@ def test_the_cli_logs_json_lines_to_stderr(tmp_path: Path) -> None:
 
 def test_the_cli_refuses_an_unknown_format() -> None:
     result = CliRunner().invoke(app, ["--log-format", "xml", "graph"])
-    assert result.exit_code == 1 and "--log-format one of text, json" in result.output
+    assert result.exit_code == 1 and "the format one of text, json" in result.output

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import model_serializer
 
+from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.spec_text import (
     COUNT_RANGE,
     MEMORY_RANGE,
@@ -17,7 +18,7 @@ from dstack_plan.config.spec_text import (
     parse_range,
     split_parts,
 )
-from dstack_plan.config.units import CountRange, MemoryRange, anchored, describe, printed
+from dstack_plan.config.units import anchored, describe, printed
 
 __all__ = ["KNOWN_GPUS", "GPUSpec", "GPUVendor", "gpu_vendor_of", "infer_gpu_vendor"]
 

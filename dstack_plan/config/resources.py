@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from dstack_plan.config.gpu import GPUSpec
+from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.spec_text import (
     COUNT_RANGE,
     FROZEN,
@@ -23,14 +24,7 @@ from dstack_plan.config.spec_text import (
     parse_range,
     split_parts,
 )
-from dstack_plan.config.units import (
-    CountRange,
-    Memory,
-    MemoryRange,
-    anchored,
-    describe,
-    format_memory,
-)
+from dstack_plan.config.units import Memory, anchored, describe, format_memory
 
 __all__ = ["CPUArch", "CPUSpec", "DiskSpec", "ResourcesSpec"]
 

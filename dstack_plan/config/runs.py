@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, mo
 from dstack_plan.config.base import FieldConflict, ResourceName, ResourceSpec, Strict
 from dstack_plan.config.env import Env
 from dstack_plan.config.profile import ProfileParams
+from dstack_plan.config.ranges import CountRange
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.run_fields import (
     FileSpec,
@@ -27,7 +28,7 @@ from dstack_plan.config.service_fields import (
     Replicas,
     Scaling,
 )
-from dstack_plan.config.units import CountRange, IdleDuration
+from dstack_plan.config.units import IdleDuration
 
 _PYTHON_VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 _SHELL_RE = re.compile(r"^(sh|bash|/\S+)$")

@@ -7,8 +7,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from dstack_plan.config.base import Shorthand, Strict
+from dstack_plan.config.ranges import CountRange
 from dstack_plan.config.resources import ResourcesSpec
-from dstack_plan.config.units import CountRange, Duration
+from dstack_plan.config.units import Duration
 
 
 def _replicas_range(value: Any) -> Any:

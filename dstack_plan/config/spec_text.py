@@ -17,14 +17,8 @@ from pydantic.json_schema import GetJsonSchemaHandler, JsonSchemaValue
 from pydantic_core import CoreSchema
 from typing_extensions import Self
 
-from dstack_plan.config.units import (
-    MEMORY_FRAGMENT,
-    CountRange,
-    MemoryRange,
-    describe,
-    printed,
-    range_fragment,
-)
+from dstack_plan.config.ranges import CountRange, MemoryRange, range_fragment
+from dstack_plan.config.units import MEMORY_FRAGMENT, describe, printed
 
 __all__ = [
     "COUNT_RANGE",

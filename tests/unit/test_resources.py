@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from dstack_plan.config.gpu import GPUSpec, GPUVendor, gpu_vendor_of, infer_gpu_vendor
+from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.resources import CPUArch, CPUSpec, DiskSpec, ResourcesSpec
-from dstack_plan.config.units import CountRange, MemoryRange
 
 NVIDIA, AMD, GOOGLE, TT = GPUVendor.NVIDIA, GPUVendor.AMD, GPUVendor.GOOGLE, GPUVendor.TENSTORRENT
 

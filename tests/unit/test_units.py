@@ -12,14 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.units import (
     OFF,
     Count,
-    CountRange,
     Duration,
     IdleDuration,
     Memory,
-    MemoryRange,
     OffableDuration,
     format_duration,
     format_memory,

@@ -36,7 +36,8 @@ async def attach_runs(project: Project, addresses: list[str]) -> bool:
     for job_id in result.failed:
         info = result.finished[job_id]
         code = f" (exit code {info.exit_code})" if info.exit_code is not None else ""
-        print_lines([(styled(f"{job_id}: {info.status.value}{code}", "red"),)], True)
+        why = f": {info.termination_message}" if info.termination_message else ""
+        print_lines([(styled(f"{job_id}: {info.status.value}{code}{why}", "red"),)], True)
     if result.detached:
         print_lines([f"Detached from {names}; stop with: dstack stop <run> (see dstack ps)"], True)
     return not result.failed

@@ -8,6 +8,9 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 [ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || need_pkgs+=(busybox-static)
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
+# a private registry with basic auth, for the registry_auth tests
+command -v docker-registry >/dev/null 2>&1 || need_pkgs+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 
 if [ "$(id -u)" != 0 ]; then
   if [ ${#need_pkgs[@]} -gt 0 ]; then

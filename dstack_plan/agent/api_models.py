@@ -56,10 +56,18 @@ class VolumeMount(BaseModel):
     read_only: bool = False
 
 
+class RegistryCredentials(BaseModel):
+    """Credentials for pulling a job's image from a private registry; both are secret."""
+
+    model_config = _REQUEST
+    username: SecretStr
+    password: SecretStr
+
+
 class JobSpec(BaseModel):
     """What to run. Env values may be secrets (`pydantic.SecretStr`, or the config's `Secret`,
     anything with `reveal()`): they are sent to the agent, which keeps them in memory only, and
-    never appear in its records, its logs or this model's repr."""
+    never appear in its records, its logs or this model's repr. So are registry credentials."""
 
     model_config = _REQUEST
     id: str = Field(default_factory=lambda: str(uuid.uuid4()))
@@ -87,6 +95,7 @@ class JobSpec(BaseModel):
     stop_timeout: float = p.DEFAULT_STOP_TIMEOUT
     max_duration: float | None = None
     """Seconds of running after which the agent stops the job."""
+    registry_auth: RegistryCredentials | None = None
 
     @field_validator("env", mode="before")
     @classmethod
@@ -102,8 +111,15 @@ class JobSpec(BaseModel):
         return env
 
     def to_wire(self) -> dict[str, Any]:
-        """The JSON body for `POST /jobs`, secret values unwrapped and named in secret_env."""
-        data = self.model_dump(mode="json", exclude={"env", "secret_env"})
+        """The JSON body for `POST /jobs`: secret values unwrapped (env ones named in
+        secret_env), registry credentials (if any) in clear."""
+        data = self.model_dump(mode="json", exclude={"env", "secret_env", "registry_auth"})
+        auth = self.registry_auth
+        if auth is not None:  # left out when unset, so agents that predate the field accept it
+            data["registry_auth"] = {
+                "username": auth.username.get_secret_value(),
+                "password": auth.password.get_secret_value(),
+            }
         env: dict[str, str] = {}
         secret = list(self.secret_env)
         for name, value in self.env.items():

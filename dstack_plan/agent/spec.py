@@ -48,8 +48,17 @@ class VolumeSpec:
 
 
 @dataclass(frozen=True)
+class RegistryAuth:
+    """Credentials for pulling the job's image from a private registry (never printed)."""
+
+    username: str = field(repr=False)
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class JobSpec:
-    """A validated job. `env` holds secret values in memory only; see `to_dict(redact=True)`."""
+    """A validated job. `env` and `registry_auth` hold secret values in memory only; see
+    `to_dict(redact=True)`."""
 
     id: str
     run_name: str
@@ -73,6 +82,7 @@ class JobSpec:
     privileged: bool = False
     stop_timeout: float = 10.0
     max_duration: float | None = None
+    registry_auth: RegistryAuth | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -80,12 +90,20 @@ class JobSpec:
         return len(self.gpus) if isinstance(self.gpus, tuple) else int(self.gpus)
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
-        """The spec as JSON data; with `redact`, secret env values are replaced by a marker."""
+        """The spec as JSON data; with `redact`, secret env values and registry credentials
+        are replaced by a marker."""
         env = dict(self.env)
         if redact:
             for name in self.secret_env:
                 if name in env:
                     env[name] = REDACTED
+        auth = self.registry_auth
+        registry_auth = None
+        if auth is not None:
+            registry_auth = {
+                "username": REDACTED if redact else auth.username,
+                "password": REDACTED if redact else auth.password,
+            }
         return {
             "id": self.id,
             "run_name": self.run_name,
@@ -117,6 +135,7 @@ class JobSpec:
             "privileged": self.privileged,
             "stop_timeout": self.stop_timeout,
             "max_duration": self.max_duration,
+            "registry_auth": registry_auth,
         }
 
 
@@ -270,9 +289,12 @@ def parse_job_spec(data: Any) -> JobSpec:
     privileged = c.boolean("privileged")
     stop_timeout = c.number("stop_timeout", 0, 3600, low_inclusive=True)
     max_duration = c.number("max_duration", 0, 366 * 86400, low_inclusive=False)
+    registry_auth = _check_registry_auth(c)
 
     if image is None:
         _check_process_only(c, commands, entrypoint, volumes, privileged, network_mode)
+        if registry_auth is not None:
+            c.bad("registry_auth", "needs an image to pull")
     elif working_dir is not None and not working_dir.startswith("/"):
         c.bad("working_dir", "must be an absolute path inside the container")
     if c.problems:
@@ -298,6 +320,7 @@ def parse_job_spec(data: Any) -> JobSpec:
         labels=labels,
         privileged=privileged,
         stop_timeout=10.0 if stop_timeout is None else stop_timeout,
+        registry_auth=registry_auth,
         max_duration=max_duration,
     )
 
@@ -326,6 +349,23 @@ def _check_env(c: _Checker) -> tuple[dict[str, str], list[str]]:
         elif name not in secret_env:
             secret_env.append(name)
     return env, secret_env
+
+
+def _check_registry_auth(c: _Checker) -> RegistryAuth | None:
+    value = c.data.get("registry_auth")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"username", "password"}:
+        c.bad("registry_auth", "must be an object with exactly username and password")
+        return None
+    username = c.string("registry_auth.username", value["username"], 1024)
+    password = c.string("registry_auth.password", value["password"], ENV_VALUE_MAX)
+    if username is None or password is None:
+        return None
+    if not username or not password:
+        c.bad("registry_auth", "username and password must not be empty")
+        return None
+    return RegistryAuth(username=username, password=password)
 
 
 def _check_ports(c: _Checker) -> list[PortSpec]:

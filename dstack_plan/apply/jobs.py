@@ -9,9 +9,9 @@ from typing import NamedTuple
 
 from pydantic import SecretStr
 
-from dstack_plan.agent.api_models import JobSpec, PortMapping, VolumeMount
+from dstack_plan.agent.api_models import JobSpec, PortMapping, RegistryCredentials, VolumeMount
 from dstack_plan.config import interpolation
-from dstack_plan.config.run_fields import InstanceVolumeMount
+from dstack_plan.config.run_fields import InstanceVolumeMount, RegistryAuth
 from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import DstackPlanError
@@ -115,7 +115,21 @@ def build_job(
         privileged=spec.privileged or spec.docker,
         stop_timeout=float(spec.stop_duration) if spec.stop_duration != "off" else 0.0,
         max_duration=float(spec.max_duration) if spec.max_duration != "off" else None,
+        registry_auth=_credentials(spec.registry_auth, values, secrets, ctx.run_name),
     )
+
+
+def _credentials(
+    auth: RegistryAuth | None, values: dict[str, dict[str, str]], secrets: SecretStore, run: str
+) -> RegistryCredentials | None:
+    """`registry_auth` with its `${{ secrets.X }}` and `${{ env.X }}` references resolved."""
+    if auth is None:
+        return None
+    resolved = {
+        name: _resolve(text, values, secrets, run)
+        for name, text in (("username", auth.username), ("password", auth.password))
+    }
+    return RegistryCredentials.model_validate(resolved)
 
 
 def _commands(spec: RunSpec, slot: JobSlot) -> list[str]:
@@ -164,7 +178,9 @@ def _resolve(
 
 def _plain(text: str, values: dict[str, dict[str, str]], run: str) -> str:
     if any(r.namespace == "secrets" for r in interpolation.parse_references(text)):
-        raise DstackPlanError(f"{run}: secrets may only be used in env, not in {text!r}")
+        raise DstackPlanError(
+            f"{run}: secrets may only be used in env and registry_auth, not in {text!r}"
+        )
     return _substitute(text, values, run)
 
 

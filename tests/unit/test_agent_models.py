@@ -38,6 +38,7 @@ def test_wire_format_of_a_full_spec_is_accepted_by_the_agent() -> None:
         volumes=[{"host_path": "/a", "container_path": "/b"}],
         network_mode="bridge",
         memory=2**30,
+        registry_auth={"username": "robot", "password": "pull-pw"},
     )
     assert parse_job_spec(spec.to_wire()).to_dict(redact=False) == spec.to_wire()
 

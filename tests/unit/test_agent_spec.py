@@ -95,13 +95,40 @@ def test_full_spec_round_trips() -> None:
         "privileged": False,
         "stop_timeout": 30.0,
         "max_duration": 3600.0,
+        "registry_auth": {"username": "robot$ci", "password": "pull-pw-1"},
     }
     spec = parse_job_spec(data)
     assert spec.gpu_count == 2
     assert spec.to_dict(redact=False) == data
     redacted = spec.to_dict()
     assert redacted["env"] == {"A": "1", "TOKEN": "(redacted)"}
+    assert redacted["registry_auth"] == {"username": "(redacted)", "password": "(redacted)"}
     assert parse_job_spec(redacted).to_dict() == redacted
+    assert "pull-pw-1" not in repr(spec) and "robot$ci" not in repr(spec)
+
+
+@pytest.mark.parametrize(
+    ("registry_auth", "message"),
+    [
+        ({"username": "u"}, "must be an object with exactly username and password"),
+        ({"username": "u", "password": "p", "token": "t"}, "exactly username and password"),
+        ("u:p", "must be an object with exactly username and password"),
+        ({"username": "", "password": "p"}, "must not be empty"),
+    ],
+)
+def test_registry_auth_must_be_a_username_and_a_password(
+    registry_auth: object, message: str
+) -> None:
+    found = problems(base(image="busybox", registry_auth=registry_auth))
+    assert message in found["registry_auth"]
+    assert problems(base(image="busybox", registry_auth={"username": "u", "password": 7})) == {
+        "registry_auth.password": "must be a string, not an integer"
+    }
+
+
+def test_registry_auth_needs_an_image() -> None:
+    found = problems(base(registry_auth={"username": "u", "password": "p"}))
+    assert found["registry_auth"] == "needs an image to pull"
 
 
 def test_ports_accept_bare_numbers() -> None:

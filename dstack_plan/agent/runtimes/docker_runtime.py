@@ -114,9 +114,13 @@ class DockerRuntime(Runtime):
                 CREATING_CONTAINER_ERROR, f"cannot inspect image {image}: {_explain(e)}"
             ) from e
         ctl.set_status(job, PULLING)
+        auth = job.spec.registry_auth
+        credentials = (
+            None if auth is None else {"username": auth.username, "password": auth.password}
+        )
         try:
             # Errors can arrive as a failed request or inside the progress stream.
-            for event in api.pull(image, stream=True, decode=True):
+            for event in api.pull(image, stream=True, decode=True, auth_config=credentials):
                 if isinstance(event, dict) and event.get("error"):
                     raise StartError(
                         CREATING_CONTAINER_ERROR, f"cannot pull image {image}: {event['error']}"

@@ -36,7 +36,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -306,41 +306,65 @@ def stop_agent(agent_dir: Path) -> None:
     )
 
 
-async def measure(n: int, repeats: int, tmp: Path, agent_dir: Path) -> list[tuple]:
+class Prepared(NamedTuple):
+    """One size's project, with a state matching it and the real jobs still running."""
+
+    n: int
+    root: Path
+    state_path: Path
+    live: list[str]
+
+
+async def prepare(n: int, tmp: Path, agent_dir: Path) -> Prepared:
     root = tmp / f"project-{n}"
     root.mkdir()
     state_path = root / ".dstack" / "state.json"
     write_project(root, n)
-    live = await build_state(root, state_path, agent_dir)
-    rows = []
+    return Prepared(n, root, state_path, await build_state(root, state_path, agent_dir))
+
+
+async def delete_live_jobs(prepared: Prepared, agent_dir: Path) -> None:
+    project = Project(prepared.root, state_path=prepared.state_path, agent_dir=agent_dir)
     try:
-        for label, changed in (("no-op", False), ("10% changes", True)):
-            write_project(root, n, changed)
-            times, cpus = [], []
-            for _ in range(repeats):
-                seconds, cpu, plan = await plan_once(root, state_path, agent_dir)
-                times.append(seconds)
-                cpus.append(cpu)
-            if not changed:
-                assert not plan.has_changes, counts(plan)
-            row = (n, label, statistics.median(times), min(times), statistics.median(cpus))
-            rows.append((*row, counts(plan)))
+        agent = await project.local.agent()
+        for job in prepared.live:
+            await agent.delete(job, force=True)
     finally:
-        project = Project(root, state_path=state_path, agent_dir=agent_dir)
-        try:
-            agent = await project.local.agent()
-            for job in live:
-                await agent.delete(job, force=True)
-        finally:
-            await project.close()
-    return rows
+        await project.close()
 
 
 async def measure_all(
     sizes: list[int], repeats: int | None, tmp: Path, agent_dir: Path, rows: list[tuple]
 ) -> None:
-    for n in sizes:
-        rows += await measure(n, repeats or (7 if n <= 1_000 else 5), tmp, agent_dir)
+    """Time fresh plans of every size, no-op and with 10% changes.
+
+    The sizes take turns, round by round: this VM's speed drifts by 20-35% within minutes,
+    and timing them one after the other turned that drift into a false growth ratio.
+    """
+    prepared = [await prepare(n, tmp, agent_dir) for n in sizes]
+    runs = {p.n: repeats or (7 if p.n <= 1_000 else 5) for p in prepared}
+    try:
+        for label, changed in (("no-op", False), ("10% changes", True)):
+            for p in prepared:
+                write_project(p.root, p.n, changed)
+            times: dict[int, list[float]] = {p.n: [] for p in prepared}
+            cpus: dict[int, list[float]] = {p.n: [] for p in prepared}
+            plans: dict[int, Plan] = {}
+            for round_ in range(max(runs.values())):
+                for p in prepared:
+                    if round_ < runs[p.n]:
+                        seconds, cpu, plans[p.n] = await plan_once(p.root, p.state_path, agent_dir)
+                        times[p.n].append(seconds)
+                        cpus[p.n].append(cpu)
+            for p in prepared:
+                if not changed:
+                    assert not plans[p.n].has_changes, counts(plans[p.n])
+                median, best = statistics.median(times[p.n]), min(times[p.n])
+                row = (p.n, label, median, best, statistics.median(cpus[p.n]))
+                rows.append((*row, counts(plans[p.n])))
+    finally:
+        for p in prepared:
+            await delete_live_jobs(p, agent_dir)
 
 
 async def profile(n: int, tmp: Path, agent_dir: Path) -> None:
@@ -378,6 +402,7 @@ def main() -> int:
             asyncio.run(measure_all(args.sizes, args.repeats, tmp, agent_dir, rows))
         finally:
             stop_agent(agent_dir)
+    rows.sort(key=lambda row: row[0])  # by size; stable, so no-op stays first
     header = ("resources", "plan", "median s", "min s", "cpu s", "us/res")
     print("{:>9} {:<11} {:>8} {:>6} {:>6} {:>6}  actions".format(*header))
     for n, label, median, best, cpu, actions in rows:

@@ -1,8 +1,8 @@
 """How long `dstack validate` takes for large projects.
 
 Generates N resources of mixed kinds (realistic sizes) as one file and as N/10 files, and times
-loading + validation in-process (the fastest of several runs, the sizes interleaved). Target: 10,000 resources in under
-2 s on a 2-core machine, and linear growth (10k/1k ratio under 12).
+loading + validation in-process (the fastest of several runs, the sizes interleaved). Target:
+10,000 resources in under 2 s on a 2-core machine, and linear growth (10k/1k ratio under 12).
 
     python benchmarks/validate_scale.py
 """

@@ -54,6 +54,12 @@ class RegistryAuth:
     username: str = field(repr=False)
     password: str = field(repr=False)
 
+    def to_dict(self, redact: bool = True) -> dict[str, str]:
+        """`{username, password}` (docker's `auth_config`), or the redaction marker for each."""
+        if redact:
+            return {"username": REDACTED, "password": REDACTED}
+        return {"username": self.username, "password": self.password}
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -98,12 +104,6 @@ class JobSpec:
                 if name in env:
                     env[name] = REDACTED
         auth = self.registry_auth
-        registry_auth = None
-        if auth is not None:
-            registry_auth = {
-                "username": REDACTED if redact else auth.username,
-                "password": REDACTED if redact else auth.password,
-            }
         return {
             "id": self.id,
             "run_name": self.run_name,
@@ -135,7 +135,7 @@ class JobSpec:
             "privileged": self.privileged,
             "stop_timeout": self.stop_timeout,
             "max_duration": self.max_duration,
-            "registry_auth": registry_auth,
+            "registry_auth": None if auth is None else auth.to_dict(redact),
         }
 
 

@@ -115,9 +115,7 @@ class DockerRuntime(Runtime):
             ) from e
         ctl.set_status(job, PULLING)
         auth = job.spec.registry_auth
-        credentials = (
-            None if auth is None else {"username": auth.username, "password": auth.password}
-        )
+        credentials = None if auth is None else auth.to_dict(redact=False)
         try:
             # Errors can arrive as a failed request or inside the progress stream.
             for event in api.pull(image, stream=True, decode=True, auth_config=credentials):

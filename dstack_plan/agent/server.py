@@ -247,8 +247,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(status, info)
 
     def api_list_jobs(self, query: dict[str, list[str]]) -> None:
-        status = (query.get("status") or [None])[-1]
-        run_name = (query.get("run_name") or [None])[-1]
+        status = _last(query, "status")
+        run_name = _last(query, "run_name")
         self._send_json(200, {"jobs": self.app.jobs.list(status, run_name)})
 
     def api_get_job(self, query: dict[str, list[str]], job_id: str) -> None:
@@ -338,3 +338,9 @@ class Handler(BaseHTTPRequestHandler):
             logs.wait(position, min(remaining, 1.0))
         write(b"0\r\n\r\n")
         self.wfile.flush()
+
+
+def _last(query: dict[str, list[str]], name: str) -> str | None:
+    """The last value given for a query parameter, as `?a=1&a=2` means 2."""
+    values = query.get(name)
+    return values[-1] if values else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import TypeVar
 
 from dstack_plan.apply import records
@@ -93,6 +94,9 @@ class ChangeRunner:
 
     def _now(self) -> datetime:
         return timestamp(self._ctx.clock)
+
+    def _drop_deposed(self, address: str, old: ResourceState, _deleted: None) -> Mutation:
+        return records.drop_deposed(address, old, self._now())
 
     async def _commit(self, mutation: Mutation) -> None:
         snapshot = await commit_async(self._backend, mutation)
@@ -208,8 +212,8 @@ class ChangeRunner:
             await self._step(
                 address,
                 "delete",
-                lambda old=old: handler.delete(old, ctx),
-                lambda _, old=old: records.drop_deposed(address, old, self._now()),
+                partial(handler.delete, old, ctx),
+                partial(self._drop_deposed, address, old),
                 progress,
                 deposed=True,
             )

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-_EXPR_RE = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+_OPEN, _CLOSE = "${{", "}}"
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GROUP_IP_RE = re.compile(r"^groups\[\d+\]\.nodes\[\d+\]\.IP_ADDRESS$")
 
@@ -34,14 +34,24 @@ Path = tuple[str | int, ...]
 
 def parse_references(text: str) -> list[Reference]:
     """All references in `text`; ValueError for an unknown namespace or a malformed one."""
-    if "${{" not in text:
+    if _OPEN not in text:
         return []
-    refs = []
-    for match in _EXPR_RE.finditer(text):
-        refs.append(_parse_expression(match.group(1).strip()))
-    if text.count("${{") != len(refs):
+    refs = [_parse_expression(expr.strip()) for _, _, expr in _expressions(text)]
+    if text.count(_OPEN) != len(refs):  # one inside another: `${{ a ${{ b }}`
         raise ValueError("unterminated interpolation: '${{' without a matching '}}'")
     return refs
+
+
+def _expressions(text: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, inner text) of each `${{ ... }}`, left to right; ValueError for a `${{`
+    without `}}`. Linear: a regex would rescan the rest of the text from every `${{`."""
+    start = text.find(_OPEN)
+    while start >= 0:
+        close = text.find(_CLOSE, start + len(_OPEN))
+        if close < 0:
+            raise ValueError("unterminated interpolation: '${{' without a matching '}}'")
+        yield start, close + len(_CLOSE), text[start + len(_OPEN) : close]
+        start = text.find(_OPEN, close + len(_CLOSE))
 
 
 def _parse_expression(expr: str) -> Reference:
@@ -62,20 +72,29 @@ def _parse_expression(expr: str) -> Reference:
     return Reference(namespace, name)
 
 
-def scan(data: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
-    """Yield (path, message) for every malformed reference in a loaded YAML document."""
+def scan(data: Any, path: Path = (), seen: set[int] | None = None) -> Iterator[tuple[Path, str]]:
+    """Yield (path, message) for every malformed reference in a loaded YAML document.
+
+    A list or mapping that YAML aliases repeat is one object in several places: it is checked
+    once, at its first path (its problems are reported at its anchor either way).
+    """
     if isinstance(data, str):
-        if "${{" in data:
+        if _OPEN in data:
             try:
                 parse_references(data)
             except ValueError as e:
                 yield path, str(e)
-    elif isinstance(data, dict):
-        for key, value in data.items():
-            yield from scan(value, (*path, key))
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            yield from scan(value, (*path, index))
+        return
+    if not isinstance(data, dict | list):
+        return
+    if seen is None:
+        seen = set()
+    if id(data) in seen:
+        return
+    seen.add(id(data))
+    items = data.items() if isinstance(data, dict) else enumerate(data)
+    for key, value in items:
+        yield from scan(value, (*path, key), seen)
 
 
 def referenced_secrets(data: Any) -> set[str]:
@@ -99,14 +118,22 @@ def _collect_secrets(data: Any, names: set[str]) -> None:
 
 def resolve(text: str, values: Mapping[str, Mapping[str, str]]) -> str:
     """Substitute references with `values[namespace][name]`; KeyError names a missing one."""
-    if "${{" not in text:
+    if _OPEN not in text:
         return text
-
-    def substitute(match: re.Match[str]) -> str:
-        ref = _parse_expression(match.group(1).strip())
-        try:
-            return values[ref.namespace][ref.name]
-        except KeyError:
-            raise KeyError(f"{ref.namespace}.{ref.name}") from None
-
-    return _EXPR_RE.sub(substitute, text)
+    parts: list[str] = []
+    done = 0
+    try:
+        for start, end, expr in _expressions(text):
+            ref = _parse_expression(expr.strip())
+            try:
+                value = values[ref.namespace][ref.name]
+            except KeyError:
+                raise KeyError(f"{ref.namespace}.{ref.name}") from None
+            parts.extend((text[done:start], value))
+            done = end
+    except ValueError as e:
+        if not str(e).startswith("unterminated"):
+            raise
+        # Loading reports an unterminated `${{`; text that never was loaded keeps it as written.
+    parts.append(text[done:])
+    return "".join(parts)

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
+import logging
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from itertools import count, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
-from dstack_plan.config import interpolation, yaml_fast
+from dstack_plan.config import interpolation, yaml_errors, yaml_fast
+from dstack_plan.config.discover import CONFIG_SUFFIXES, discover
 from dstack_plan.config.kinds import KINDS, spec_class
 from dstack_plan.config.resource import Desired, Resource, Source
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
+from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
 from dstack_plan.errors import ConfigError, ConfigIssue
 from dstack_plan.forkmap import ForkedMap, fork_start
 from dstack_plan.gcpause import gc_paused
@@ -25,32 +31,14 @@ from dstack_plan.gcpause import gc_paused
 if TYPE_CHECKING:
     from dstack_plan.config.locate import Locator
 
-_SKIP_DIRS = {
-    ".git", ".hg", ".svn", ".dstack", ".venv", "venv", "node_modules", "__pycache__",
-    ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis",
-}  # fmt: skip
-_CONFIG_SUFFIXES = (".dstack.yml", ".dstack.yaml")
+_CONFIG_SUFFIXES = CONFIG_SUFFIXES
+logger = logging.getLogger(__name__)
 _INVALID_NAME_CHARS = re.compile(r"[^a-z0-9]+")
 STDIN = "-"
+MESSAGE_LIMIT = 500
+"""Longest error message, in characters, before it is cut (values can be megabytes)."""
 PARALLEL_LOAD_BYTES = 128 * 1024
 """Below this much YAML in all, loading on other cores costs more than it saves."""
-
-
-def discover(directory: Path) -> list[Path]:
-    """Every configuration file below `directory`, sorted, skipping VCS, state and virtualenvs."""
-    found: list[Path] = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(
-            d for d in dirs if d not in _SKIP_DIRS and not (Path(root, d, "pyvenv.cfg").exists())
-        )
-        found.extend(Path(root, f) for f in sorted(files) if _is_config_file(f))
-    return found
-
-
-def _is_config_file(filename: str) -> bool:
-    return filename in (".dstack.yml", ".dstack.yaml") or (
-        filename.endswith(_CONFIG_SUFFIXES) and not filename.startswith(".")
-    )
 
 
 def load_project(
@@ -121,9 +109,9 @@ class PendingLoad:
         issues: list[ConfigIssue] = []
         for entry in self._read:
             if isinstance(entry, ConfigIssue):
-                resources, file_issues = [], [entry]
-            else:
-                resources, file_issues = next(results)
+                issues.append(entry)
+                continue
+            resources, file_issues = next(results)
             loaded.extend(resources)
             issues.extend(file_issues)
         desired, duplicate_issues = _index(loaded, self._text_of)
@@ -140,31 +128,69 @@ class PendingLoad:
 def load_text(
     text: str, display: str, name_hint: str = "config"
 ) -> tuple[list[Resource], list[ConfigIssue]]:
-    """Parse one file's text. Returns its resources and its problems (all of them)."""
-    try:
-        documents = yaml_fast.load_all(text)
-    except yaml.YAMLError as e:
-        return [], [_yaml_issue(e, display)]
-    except (ValueError, RecursionError) as e:
-        return [], [ConfigIssue(display, 1, 1, f"cannot parse YAML: {e}")]
-    resources: list[Resource] = []
+    """Parse one file's text. Returns its resources and its problems (all of them, up to
+    MAX_ISSUES)."""
+    with gc_paused():  # a no-op inside load_project, which pauses it already
+        return _load_text(text, display, name_hint)
+
+
+def _load_text(
+    text: str, display: str, name_hint: str
+) -> tuple[list[Resource], list[ConfigIssue]]:
+    reader = yaml_fast.Documents(text)
+    documents = iter(reader)
+    built: list[Resource] = []
     pending: list[PendingIssue] = []
-    unnamed = [i for i, d in enumerate(documents) if isinstance(d, dict) and "name" not in d]
+    nodes: dict[int, Any] = {}  # the nodes of documents with problems, to locate them
+    unnamed = 0
     # A string holds `${{` only if the text does, or spells it with an escape sequence.
     may_reference = "${{" in text or "\\" in text
-    for index, data in enumerate(documents):
+    for index in count():
+        try:
+            node, data = next(documents)
+        except StopIteration:
+            break
+        except yaml.YAMLError as e:
+            return [], [_yaml_issue(e, display, text)]
+        except UnicodeEncodeError as e:  # undecodable bytes, read as lone surrogates
+            return [], [yaml_errors.encoding_issue(e, display, text)]
+        except (ValueError, RecursionError) as e:
+            return [], [ConfigIssue(display, 1, 1, f"cannot parse YAML: {shorten(str(e))}")]
         if data is None:
             continue
-        derived = f"{name_hint}-{index}" if len(unnamed) > 1 else name_hint
-        resource = _build(data, index, display, derived[:41].rstrip("-"), pending, may_reference)
+        unnamed += isinstance(data, dict) and "name" not in data
+        before = len(pending)
+        resource = _build(data, index, display, name_hint[:41].rstrip("-"), pending, may_reference)
         if resource is not None:
-            resources.append(resource)
+            built.append(resource)
+        if len(pending) > before:
+            nodes[index] = node
+    if unnamed > 1:  # several documents without a name: number them
+        built = [_numbered(r, name_hint) if r.name_derived else r for r in built]
+    found = [_yaml_issue(d, display, text) for d in reader.duplicates]
     if not pending:
-        return resources, []
+        return built, _at_most(found, [])
     from dstack_plan.config.locate import Locator
 
-    locator = Locator(text)
-    return resources, [_locate(p, display, locator) for p in pending]
+    locator = Locator(text, nodes)
+    room = max(0, MAX_ISSUES + 1 - len(found))
+    located = [_locate(p, display, locator) for p in pending[:room]]
+    return built, _at_most(found, located)
+
+
+def _numbered(resource: Resource, name_hint: str) -> Resource:
+    name = f"{name_hint}-{resource.source.document}"[:41].rstrip("-")
+    return dataclasses.replace(resource, name=name)
+
+
+def _at_most(*groups: list[ConfigIssue]) -> list[ConfigIssue]:
+    """The first MAX_ISSUES issues; then one more saying that there are more."""
+    issues = [issue for group in groups for issue in group]
+    if len(issues) <= MAX_ISSUES:
+        return issues
+    extra = issues[MAX_ISSUES]
+    note = f"more problems in this file (only the first {MAX_ISSUES} are reported)"
+    return [*issues[:MAX_ISSUES], extra._replace(message=note)]
 
 
 def _load_file(
@@ -172,7 +198,12 @@ def _load_file(
 ) -> tuple[list[Resource], list[ConfigIssue]]:
     """`load_text` for one `(display name, text)` pair; what `fork_map` runs on other cores."""
     display, text = file
-    resources, issues = load_text(text, display, name_hint=_name_hint(display))
+    try:
+        resources, issues = load_text(text, display, name_hint=_name_hint(display))
+    except Exception as e:  # noqa: BLE001 - a bug in one file's checks must not hide the others'
+        logger.debug("loading %s failed", display, exc_info=True)
+        message = f"internal error while loading this file (a bug): {type(e).__name__}: {e}"
+        return [], [ConfigIssue(display, 1, 1, shorten(message))]
     if normalize and not issues:
         for resource in resources:
             resource.normalized  # noqa: B018 - computed here, where the file is parsed
@@ -200,13 +231,16 @@ def _build(
         return None
     model = spec_class(kind)
     before = len(pending)
+    # Room for one issue past the file's limit, so that load_text can tell there are more.
+    room = max(0, MAX_ISSUES + 1 - len(pending))
     if may_reference:
-        for path, message in interpolation.scan(data):
+        for path, message in islice(interpolation.scan(data), room):
             pending.append(PendingIssue(index, path, message))
     try:
         spec = model.model_validate(data)
     except ValidationError as e:
-        pending.extend(issues_from_validation(e, index, data, model))
+        room = max(0, MAX_ISSUES + 1 - len(pending))
+        pending.extend(islice(issues_from_validation(e, index, data, model, _RAW_ERRORS), room))
         return None
     except (TypeError, ValueError, RecursionError) as e:  # e.g. unhashable YAML keys
         pending.append(PendingIssue(index, (), f"invalid document: {e}"))
@@ -222,6 +256,11 @@ def _build(
         name_derived=spec.name is None,
         may_reference=may_reference,
     )
+
+
+_RAW_ERRORS = 20 * MAX_ISSUES
+"""Pydantic errors read per document: a union reports one per alternative, and at most
+MAX_ISSUES are shown, so turning a quarter of a million of them into messages is wasted time."""
 
 
 def _index(
@@ -281,12 +320,15 @@ def _read(path: Path | str, stdin: str | None) -> str:
         if stdin is not None:
             return stdin
         if "text" not in _stdin_cache:
-            _stdin_cache["text"] = sys.stdin.read()
+            buffer = getattr(sys.stdin, "buffer", None)
+            _stdin_cache["text"] = (
+                buffer.read().decode("utf-8", "surrogateescape") if buffer else sys.stdin.read()
+            )
         return _stdin_cache["text"]
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise OSError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+        # Bytes that are not UTF-8 become lone surrogates, which the YAML parser then reports
+        # at their own line and column (see yaml_errors.encoding_issue).
+        return Path(path).read_text(encoding="utf-8", errors="surrogateescape")
     except IsADirectoryError:
         raise OSError("is a directory") from None
 
@@ -329,19 +371,14 @@ def _name_hint(display: str) -> str:
     return name
 
 
-def _yaml_issue(error: yaml.YAMLError, display: str) -> ConfigIssue:
-    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    problem = getattr(error, "problem", None) or str(error)
-    context = getattr(error, "context", None)
-    message = f"invalid YAML: {problem}" + (f" ({context})" if context else "")
-    if mark is None:
-        return ConfigIssue(display, 1, 1, message)
-    return ConfigIssue(display, mark.line + 1, mark.column + 1, message)
+def _yaml_issue(error: yaml.YAMLError, display: str, text: str = "") -> ConfigIssue:
+    return yaml_errors.yaml_issue(error, display, text)
 
 
 def _locate(issue: PendingIssue, display: str, locator: Locator) -> ConfigIssue:
     pos = locator.find(issue.document, issue.path, issue.target)
-    return ConfigIssue(display, pos.line, pos.column, issue.message)
+    # A message may quote a value of any size (a megabyte string, an expanded alias).
+    return ConfigIssue(display, pos.line, pos.column, shorten(issue.message, MESSAGE_LIMIT))
 
 
 def issue_at(
@@ -349,11 +386,24 @@ def issue_at(
 ) -> ConfigIssue:
     """A located issue about a loaded resource (for checks made after loading)."""
     display = resource.source.file
+    file = STDIN if display == "<stdin>" else str(Path(project_dir, display))
     try:
-        text = _read(STDIN if display == "<stdin>" else Path(project_dir, display), None)
+        stat = os.stat(file) if file != STDIN else None
+    except OSError:
+        stat = None
+    version = (stat.st_mtime_ns, stat.st_size) if stat else (0, 0)
+    pos = _file_locator(file, version).find(resource.source.document, path, "key")
+    return ConfigIssue(display, pos.line, pos.column, message)
+
+
+@functools.lru_cache(maxsize=2)
+def _file_locator(file: str, version: tuple[int, int]) -> Locator:
+    """One locator per file (and version of it): checks after loading may report thousands of
+    issues in one file, and composing it again for each would take minutes."""
+    try:
+        text = _read(file, None)
     except OSError:
         text = ""
     from dstack_plan.config.locate import Locator
 
-    pos = Locator(text).find(resource.source.document, path, "key")
-    return ConfigIssue(display, pos.line, pos.column, message)
+    return Locator(text)

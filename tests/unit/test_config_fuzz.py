@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import yaml
@@ -91,3 +92,109 @@ def test_seeds_are_valid() -> None:
 
 def test_fuzz_corpus_reaches_several_kinds(tmp_path: Path) -> None:
     assert len({d.get("type") for d in SEED_DOCS}) >= 5
+
+
+# --- hostile YAML: merge keys, explicit tags, anchors and aliases, odd characters ----------
+# Strategies that would have found the internal errors, blow-ups and 1:1 locations of issue 11.
+
+SECONDS = 5.0
+TAGS = [
+    "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp", "!!binary", "!!map",
+    "!!seq", "!!set", "!!omap", "!!pairs", "!!merge", "!custom", "!!python/name:os.system",
+]  # fmt: skip
+ODD_CHARS = ["\x00", "\x07", "\x1b", "\x7f", "\x85", "\t", "\ufffe", "\u2028", "\udcff", "\r"]
+KEYS = ["type", "name", "commands", "env", "resources", "gpu", "nodes", "<<", "image", "x"]
+
+
+@st.composite
+def hostile_flow(draw: st.DrawFn, anchors: list[str], depth: int = 0) -> str:
+    """A flow-style YAML value, decorated with tags, anchors, aliases and merge keys."""
+    if anchors and draw(st.integers(0, 5)) == 0:
+        return "*" + draw(st.sampled_from(anchors))
+    kind = draw(st.sampled_from(["scalar", "map", "seq"] if depth < 4 else ["scalar"]))
+    if kind == "scalar":
+        text = draw(st.sampled_from(["echo", "1", "-1", "maybe", "2020-01-01", "24GB", "''"]))
+    elif kind == "seq":
+        items = draw(st.lists(hostile_flow(anchors, depth + 1), max_size=4))
+        text = "[" + ", ".join(items) + "]"
+    else:
+        keys = draw(st.lists(st.sampled_from(KEYS), max_size=4))  # repeats: duplicate keys
+        pairs = [f"{k}: {draw(hostile_flow(anchors, depth + 1))}" for k in keys]
+        text = "{" + ", ".join(pairs) + "}"
+    if draw(st.integers(0, 3)) == 0:
+        text = f"{draw(st.sampled_from(TAGS))} {text}"
+    if draw(st.integers(0, 3)) == 0:
+        name = f"a{len(anchors)}"
+        anchors.append(name)  # defined after its value: `&a [*a]` is a recursive alias
+        text = f"&{name} {text}"
+    return text
+
+
+@st.composite
+def hostile_documents(draw: st.DrawFn) -> str:
+    anchors: list[str] = []
+    kind = draw(st.sampled_from(["task", "service", "fleet", "dev-environment"]))
+    lines = [f"type: {kind}"]
+    for key in draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=6)):
+        lines.append(f"{key}: {draw(hostile_flow(anchors))}")
+    return "\n".join(lines) + "\n"
+
+
+@st.composite
+def mutated_texts(draw: st.DrawFn) -> str:
+    """A real config with lines repeated, indented with tabs, or salted with odd characters."""
+    lines = draw(st.sampled_from(SEEDS)).splitlines(keepends=True) or ["\n"]
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(lines) - 1))
+        action = draw(st.sampled_from(["repeat", "tab", "char", "merge", "tag", "alias"]))
+        line = lines[at]
+        if action == "repeat":
+            lines.insert(draw(st.integers(0, len(lines))), line)
+        elif action == "tab":
+            lines[at] = "\t" + line.lstrip(" ")
+        elif action == "char":
+            column = draw(st.integers(0, len(line)))
+            lines[at] = line[:column] + draw(st.sampled_from(ODD_CHARS)) + line[column:]
+        elif action == "merge":
+            indent = line[: len(line) - len(line.lstrip(" "))]
+            lines.insert(at, f"{indent}<<: {draw(hostile_flow([]))}\n")
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            if action == "tag":
+                lines[at] = f"{key}: {draw(st.sampled_from(TAGS))}{value}"
+            else:
+                lines[at] = f"{key}: &m{value}"
+                lines.append(f"x{at}: *m\n")
+    return "".join(lines)
+
+
+def check_quickly(text: str) -> None:
+    started = time.perf_counter()
+    check(text)
+    assert time.perf_counter() - started < SECONDS
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(hostile_documents())
+def test_tags_anchors_aliases_and_merge_keys(text: str) -> None:
+    check_quickly(text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutated_texts())
+def test_real_configs_with_repeats_tabs_and_odd_characters(text: str) -> None:
+    check_quickly(text)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(SEEDS), st.sampled_from(ODD_CHARS), st.data())
+def test_an_odd_character_is_reported_on_its_line(
+    seed: str, char: str, data: st.DataObject
+) -> None:
+    if char in "\t\r\x85\u2028":
+        return  # blanks and line breaks: often valid where they land
+    index = data.draw(st.integers(0, len(seed)))
+    text = seed[:index] + char + seed[index:]
+    _, issues = load_text(text, "fuzz.dstack.yml")
+    line = text.count("\n", 0, index) + 1
+    assert [(i.line, i.column) for i in issues] == [(line, index - text.rfind("\n", 0, index))]

@@ -14,13 +14,19 @@ def validate(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result."),
 ) -> None:
-    """Check configuration files and report every problem with its location."""
+    """Check configuration files and report every problem with its location.
+
+    Checks everything `plan` checks without state or agents: the files, then references
+    between resources and dependency cycles (with the same functions `plan` uses).
+    """
     from dstack_plan.cli.output import print_error, print_json
     from dstack_plan.config.loader import load_project
     from dstack_plan.errors import ConfigError
+    from dstack_plan.graph.references import dependencies
 
     try:
         desired = load_project(directory, files)
+        dependencies(desired, directory)
     except ConfigError as e:
         if as_json:
             print_json(

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
@@ -15,6 +25,28 @@ KINDS = ("task", "service", "dev-environment", "fleet", "volume", "gateway")
 _ADDRESS_RE = re.compile(
     r"^(task|service|dev-environment|fleet|volume|gateway)\.[a-z][a-z0-9-]{1,40}$"
 )
+
+
+@dataclass(frozen=True)
+class Described:
+    """How error messages name what a field takes, for types whose Python type says too little.
+
+    Put it in a type's `Annotated[...]` metadata, or as a model's `_described` class variable.
+    `one` follows "expected" (`a port such as 8080 or "8080:80"`); `many` follows "a list of".
+    """
+
+    one: str
+    many: str | None = None
+
+
+STORED: dict[str, Any] = {"stored": True}
+"""Validation context for specs read back from state or a saved plan: they were checked when
+they were written, and checks added since must not make them unreadable (destroy needs them)."""
+
+
+def is_stored(info: ValidationInfo) -> bool:
+    """Whether this validation reads a stored spec (see `STORED`)."""
+    return bool(info.context and info.context.get("stored"))
 
 
 class Strict(BaseModel):
@@ -49,8 +81,14 @@ def _check_address(value: str) -> str:
     return value
 
 
-ResourceName = Annotated[str, AfterValidator(_check_name), Field(pattern=NAME_PATTERN)]
-Address = Annotated[str, AfterValidator(_check_address)]
+ResourceName = Annotated[
+    str, AfterValidator(_check_name), Field(pattern=NAME_PATTERN), Described("a name")
+]
+Address = Annotated[
+    str,
+    AfterValidator(_check_address),
+    Described("an address such as fleet.gpu-pool", "addresses such as fleet.gpu-pool"),
+]
 
 
 class Lifecycle(Strict):
@@ -74,11 +112,30 @@ class ResourceSpec(Strict):
     """Extra dependencies, as addresses, beyond those implied by references."""
     lifecycle: Lifecycle = Lifecycle()
 
+    @field_validator("lifecycle")
+    @classmethod
+    def _ignored_paths_exist(cls, value: Lifecycle, info: ValidationInfo) -> Lifecycle:
+        # a path no spec of this kind has would silently ignore nothing: a typo, most likely
+        from dstack_plan.config.introspect import field_paths, path_exists  # noqa: PLC0415 - it imports this module
+
+        if is_stored(info):
+            return value
+        for index, path in enumerate(value.ignore_changes):
+            if not path_exists(cls, path):
+                kind_field = cls.model_fields.get("type")
+                kind = kind_field.default if kind_field is not None else "resource"
+                known = list(field_paths(cls))
+                close = difflib.get_close_matches(path, known, n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ItemError(f"a {kind} has no field {path!r}{hint}", ("ignore_changes", index))
+        return value
+
 
 class ItemError(ValueError):
-    """An error in one entry of a list or mapping validated as a whole; `item` locates it."""
+    """An error in one entry of a list or mapping validated as a whole; `item` locates it
+    (a key or index, or a path of them below the value validated)."""
 
-    def __init__(self, message: str, item: str | int):
+    def __init__(self, message: str, item: str | int | tuple[str | int, ...]):
         super().__init__(message)
         self.item = item
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dstack_plan.config.base import DEFERRED, FieldConflict, ResourceSpec, Shorthand, Strict
+from dstack_plan.config.base import (
+    DEFERRED,
+    Described,
+    FieldConflict,
+    ResourceSpec,
+    Shorthand,
+    Strict,
+)
 from dstack_plan.config.env import Env
 from dstack_plan.config.profile import PlacementParams
 from dstack_plan.config.resources import ResourcesSpec
@@ -18,6 +25,9 @@ class FleetNodes(Shorthand):
     """How many instances: `min` kept always, `target` provisioned on apply, `max` the cap."""
 
     model_config = DEFERRED
+    _described: ClassVar[Described] = Described(
+        "a count such as 2, a range such as 1..4, or {min, target, max}"
+    )
 
     shorthand_schema = (
         {"type": "integer", "minimum": 0},
@@ -77,6 +87,9 @@ class ProxyJump(Strict):
 
 class SSHHost(Shorthand):
     model_config = DEFERRED
+    _described: ClassVar[Described] = Described(
+        "a host name or {hostname, user, port, ...}", "hosts (names or mappings)"
+    )
     shorthand_schema = ({"type": "string"},)
     hostname: str
     user: str | None = None

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field
 
-from dstack_plan.config.base import DEFERRED, ResourceSpec, Strict
+from dstack_plan.config.base import DEFERRED, Described, ResourceSpec, Strict
 
 
 class LetsEncrypt(Strict):
     model_config = DEFERRED
+    _described: ClassVar[Described] = Described("a mapping {type: lets-encrypt}")
     type: Literal["lets-encrypt"] = "lets-encrypt"
 
 
 class ACMCertificate(Strict):
     model_config = DEFERRED
+    _described: ClassVar[Described] = Described("a mapping {type: acm, arn}")
     type: Literal["acm"] = "acm"
     arn: str
 

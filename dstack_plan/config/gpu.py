@@ -197,6 +197,7 @@ class GPUSpec(Spec):
         for part in split_parts(what, cls._forms, text, max_parts=4):
             # The classification order is dstack's: vendor, name, memory, count.
             vendor = _VENDOR_WORDS.get(part.lower())
+            parsed: object
             if vendor is not None:
                 key, parsed = "vendor", vendor
             elif part[0].isascii() and part[0].isalpha():

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
-from dstack_plan.config.base import DEFERRED, Shorthand, Strict
+from dstack_plan.config.base import DEFERRED, Described, Shorthand, Strict
 from dstack_plan.config.units import Duration, IdleDuration, OffableDuration
 
 SpotPolicy = Literal["spot", "on-demand", "auto"]
@@ -37,7 +37,11 @@ def _retry_shorthand(value: Any) -> Any:
     return value
 
 
-RetrySpec = Annotated[Retry | None, BeforeValidator(_retry_shorthand)]
+RetrySpec = Annotated[
+    Retry | None,
+    BeforeValidator(_retry_shorthand),
+    Described("true, false or {on_events, duration}"),
+]
 
 
 class UtilizationPolicy(Strict):
@@ -78,11 +82,17 @@ class Schedule(Strict):
 
 
 class FleetRef(Strict):
+    _described: ClassVar[Described] = Described(
+        "a mapping {name, project}", "mappings {name, project}"
+    )
     project: str | None = None
     name: str
 
 
 class InstanceRef(Strict):
+    _described: ClassVar[Described] = Described(
+        "a mapping {name, hostname, fleet, instance}", "mappings {name, hostname, fleet, instance}"
+    )
     name: str | None = None
     hostname: str | None = None
     fleet: str | None = None

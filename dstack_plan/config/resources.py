@@ -11,8 +11,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationInfo, field_validator
 
+from dstack_plan.config.base import Described, ItemError, is_stored
 from dstack_plan.config.gpu import GPUSpec
 from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.spec_text import (
@@ -74,6 +75,7 @@ class CPUSpec(Spec):
         what = f"cpu spec {describe(text)}"
         fields: dict[str, Any] = {}
         for part in split_parts(what, cls._forms, text, max_parts=2):
+            parsed: object
             if part.isdigit() or ".." in part:
                 key, parsed = "count", parse_range(CountRange, part, what)
             else:
@@ -170,6 +172,19 @@ class ResourcesSpec(BaseModel):
     shm_size: Memory | None = None
     disk: DiskSpec = DiskSpec()
     gpu: GPUSpec = GPUSpec(count=CountRange(min=0))
+
+    _described: ClassVar[Described] = Described("a mapping {cpu, memory, shm_size, disk, gpu}")
+
+    # Checked here, not in DiskSpec: a spec parsed from text is cached and shared, while
+    # this check must not apply to stored specs (see `is_stored`).
+    @field_validator("disk", "memory")
+    @classmethod
+    def _not_zero(cls, value: DiskSpec | MemoryRange, info: ValidationInfo) -> Any:
+        size = value.size if isinstance(value, DiskSpec) else value
+        if size.max == 0 and not is_stored(info):
+            what = "disk size" if info.field_name == "disk" else "memory"
+            raise ItemError(f"{what} must be greater than 0GB", "size")
+        return value
 
     def pretty(self) -> str:
         """`cpu=2.. mem=8GB.. disk=100GB..`, then `gpu=...` unless default, `shm=...` if set."""

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
-from dstack_plan.config.base import Shorthand, Strict
+from dstack_plan.config.base import Described, Shorthand, Strict
 
 _PORT_RE = re.compile(r"^(?:(\*|\d+):)?(\d+)$")
 
@@ -20,6 +20,10 @@ def _port_number(value: int, what: str) -> int:
 
 class PortMapping(Strict):
     """`8080`, `"80:8080"`, `"*:8080"` (random local port) or `{local_port, container_port}`."""
+
+    _described: ClassVar[Described] = Described(
+        'a port such as 8080 or "8080:80"', 'ports such as 8080 or "8080:80"'
+    )
 
     local_port: int | None = None
     """Local port forwarded while attached; None means random (`*`)."""
@@ -92,11 +96,20 @@ class InstanceVolumeMount(Strict):
     optional: bool = False
 
 
+_MOUNT_FORMS = "NAME:/path or /host/path:/path"
+
+
 def _mount_shorthand(value: Any) -> Any:
     if isinstance(value, str):
-        source, colon, target = value.rpartition(":")
+        source, colon, target = value.partition(":")
         if not colon or not source or not target:
-            raise ValueError(f"invalid volume {value!r}: expected NAME:/path or /host/path:/path")
+            raise ValueError(f"invalid volume {value!r}: expected {_MOUNT_FORMS}")
+        if ":" in target:
+            # `/a:/b:/c` is no mount Docker could make: which colon separates what?
+            raise ValueError(
+                f"invalid volume {value!r}: expected {_MOUNT_FORMS} (one ':', not "
+                f"{value.count(':')})"
+            )
         if "/" in source:
             return InstanceVolumeMount(instance_path=source, path=target)
         return NetworkVolumeMount(name=source, path=target)
@@ -110,6 +123,10 @@ def _mount_shorthand(value: Any) -> Any:
 VolumeMount = Annotated[
     NetworkVolumeMount | InstanceVolumeMount,
     BeforeValidator(_mount_shorthand),
+    Described(
+        'a volume such as "name:/path", "/host/path:/path" or {name, path}',
+        'volumes such as "name:/path" or "/host/path:/path"',
+    ),
     WithJsonSchema(
         {
             "anyOf": [
@@ -141,6 +158,10 @@ VolumeMount = Annotated[
 
 class Repo(Shorthand):
     shorthand_schema = ({"type": "string"},)
+    _described: ClassVar[Described] = Described(
+        "a repo: a local path, a git URL or {local_path or url, path}",
+        "repos (local paths, git URLs or mappings)",
+    )
     local_path: str | None = None
     url: str | None = None
     branch: str | None = None
@@ -177,6 +198,10 @@ RepoSpec = Repo
 
 class FileMapping(Shorthand):
     shorthand_schema = ({"type": "string"},)
+    _described: ClassVar[Described] = Described(
+        'a file such as "local/path:/container/path" or {local_path, path}',
+        'files such as "local/path:/container/path"',
+    )
     local_path: str
     path: str
 

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-from dstack_plan.config.base import FieldConflict, ResourceName, ResourceSpec, Strict
+from dstack_plan.config.base import Described, FieldConflict, ResourceName, ResourceSpec, Strict
 from dstack_plan.config.env import Env
 from dstack_plan.config.profile import ProfileParams
 from dstack_plan.config.ranges import CountRange
@@ -102,10 +109,34 @@ class RunSpec(ResourceSpec, ProfileParams):
         return self
 
 
+_GROUP_NAME = r"^[a-z0-9][a-z0-9-]{0,39}$"
+_GROUP_NAME_RE = re.compile(_GROUP_NAME)
+
+
+def _group_name(value: str) -> str:
+    if not _GROUP_NAME_RE.match(value):
+        raise ValueError(
+            f"invalid group name {value!r}: use 1-40 lowercase letters, digits and '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
 class NodeGroup(Strict):
     """A group of a heterogeneous multi-node task."""
 
-    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")] | None = None
+    _described: ClassVar[Described] = Described(
+        "a node group {name, nodes, resources, commands, ports}", "node groups (mappings)"
+    )
+
+    name: (
+        Annotated[
+            str,
+            AfterValidator(_group_name),
+            WithJsonSchema({"type": "string", "pattern": _GROUP_NAME}),
+        ]
+        | None
+    ) = None
     nodes: int = Field(default=1, ge=1)
     resources: ResourcesSpec = ResourcesSpec()
     commands: tuple[str, ...] = ()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from dstack_plan.config.base import Shorthand, Strict
+from dstack_plan.config.base import Described, Shorthand, Strict
 from dstack_plan.config.ranges import CountRange
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.units import Duration
@@ -46,6 +46,10 @@ class Router(Strict):
 class ReplicaGroup(Strict):
     """A replica group of a service; fields set here may not also be set on the service."""
 
+    _described: ClassVar[Described] = Described(
+        "a replica group {name, replicas, commands, ...}", "replica groups (mappings)"
+    )
+
     name: str | None = None
     replicas: Replicas | None = None
     count: Replicas | None = None
@@ -76,6 +80,9 @@ class ReplicaGroup(Strict):
 
 
 class Probe(Strict):
+    _described: ClassVar[Described] = Described(
+        "a probe {type, url, method, ...}", "probes (mappings)"
+    )
     type: Literal["http"] = "http"
     url: str = "/"
     method: Literal["get", "post", "put", "delete", "patch", "head"] = "get"
@@ -108,7 +115,11 @@ def _model_shorthand(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
 
-ModelSpec = Annotated[ChatModel, BeforeValidator(_model_shorthand)]
+ModelSpec = Annotated[
+    ChatModel,
+    BeforeValidator(_model_shorthand),
+    Described("a model name or {name, format, prefix, ...}"),
+]
 
 
 class RateLimitKey(Strict):
@@ -117,6 +128,9 @@ class RateLimitKey(Strict):
 
 
 class RateLimit(Strict):
+    _described: ClassVar[Described] = Described(
+        "a rate limit {prefix, key, rps, burst}", "rate limits (mappings)"
+    )
     prefix: str = "/"
     key: RateLimitKey = RateLimitKey()
     rps: float = Field(ge=1 / 60)

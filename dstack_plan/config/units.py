@@ -19,6 +19,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from dstack_plan.config.base import Described
+
 __all__ = [
     "OFF",
     "Count",
@@ -232,11 +234,13 @@ _IDLE_SCHEMA: dict[str, Any] = {
     ]
 }
 _DURATION_SERIALIZER = PlainSerializer(format_duration, return_type=str)
+_DURATION_WORDS = Described("a duration such as 90s or 2h", "durations such as 90s or 2h")
 
 Duration = Annotated[
     int,
     PlainValidator(parse_duration),
     _DURATION_SERIALIZER,
+    _DURATION_WORDS,
     WithJsonSchema(_DURATION_SCHEMA),
 ]
 """Seconds; accepts `90`, `90s`, `2h`, `1d`, `1w`; prints `2m`, `1d`..."""
@@ -245,6 +249,7 @@ OffableDuration = Annotated[
     int | Literal["off"] | None,
     PlainValidator(parse_offable_duration),
     _DURATION_SERIALIZER,
+    _DURATION_WORDS,
     WithJsonSchema(_OFFABLE_SCHEMA),
 ]
 """Seconds or `"off"` (from `off`/`false`); `true`/null validate to None ("use the default")."""
@@ -253,6 +258,7 @@ IdleDuration = Annotated[
     int | Literal["off"],
     PlainValidator(parse_idle_duration),
     _DURATION_SERIALIZER,
+    _DURATION_WORDS,
     WithJsonSchema(_IDLE_SCHEMA),
 ]
 """Seconds or `"off"` (from `off`, `false` or `-1`)."""
@@ -321,6 +327,7 @@ Memory = Annotated[
     PlainValidator(parse_memory),
     PlainSerializer(format_memory, return_type=str),
     WithJsonSchema(MEMORY_SCHEMA),
+    Described("a size such as 512MB, 8GB or 1TB", "sizes such as 8GB"),
 ]
 """GB as a float; accepts `8`, `8GB`, `512MB`, `1TB`; prints `8GB`, `512MB`, `1TB`."""
 
@@ -357,5 +364,6 @@ Count = Annotated[
     int,
     PlainValidator(parse_count),
     WithJsonSchema(COUNT_SCHEMA),
+    Described("a non-negative integer", "non-negative integers"),
 ]
 """A non-negative integer; accepts `4` and `"4"`."""

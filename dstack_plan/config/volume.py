@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
-from dstack_plan.config.base import FieldConflict, ResourceSpec
+from dstack_plan.config.base import FieldConflict, ResourceSpec, is_stored
 from dstack_plan.config.units import IdleDuration, Memory
 
 
@@ -29,6 +29,13 @@ class VolumeSpec(ResourceSpec):
     def provider(self) -> str:
         """The provider that holds it: its backend."""
         return self.backend
+
+    @field_validator("size")
+    @classmethod
+    def _not_zero(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value == 0 and not is_stored(info):
+            raise ValueError("volume size must be greater than 0GB")
+        return value
 
     @model_validator(mode="after")
     def _shape(self) -> VolumeSpec:

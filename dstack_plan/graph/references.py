@@ -1,14 +1,21 @@
-"""Which resources a declared resource depends on (the edges of the DAG)."""
+"""Which resources a declared resource depends on (the edges of the DAG), checked.
+
+`plan`, `graph` and `validate` all take their edges from `dependencies`, so they agree on
+what is wrong: a reference to something not declared, or a dependency cycle.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from dstack_plan.config.loader import issue_at
-from dstack_plan.config.resource import Desired
+from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.run_fields import NetworkVolumeMount
 from dstack_plan.config.runs import RunSpec, ServiceSpec
 from dstack_plan.errors import ConfigError, ConfigIssue
+from dstack_plan.graph.cycles import find_cycles, starting_at
+
+KeyPath = tuple[str | int, ...]
 
 
 def dependencies(desired: Desired, project_dir: str | Path = ".") -> dict[str, tuple[str, ...]]:
@@ -16,41 +23,88 @@ def dependencies(desired: Desired, project_dir: str | Path = ".") -> dict[str, t
 
     A run depends on the fleets it names in `fleets:` (all declared fleets when it names none),
     on the network volumes it mounts, and a service on its gateway; `depends_on` adds more.
-    A reference to something not declared is a ConfigError at the resource.
+    A reference to something not declared, and a dependency cycle, are ConfigErrors located at
+    the referring key; all of them are reported at once.
     """
     fleets = [r.name for r in desired.of_kind("fleet")]
     default_gateway = _default_gateway(desired)
     edges: dict[str, tuple[str, ...]] = {}
     issues: list[ConfigIssue] = []
     for resource in desired:
-        wanted: dict[str, str] = {}  # address -> the key that refers to it
-        spec = resource.spec
-        if isinstance(spec, RunSpec):
-            named = spec.fleet_names()
-            wanted |= {f"fleet.{n}": "fleets" for n in (fleets if named is None else named)}
-            wanted |= {f"volume.{n}": "volumes" for n in _mounted_volume_names(spec)}
-        if isinstance(spec, ServiceSpec):
-            gateway = _gateway_of(spec, default_gateway)
-            if gateway:
-                wanted[f"gateway.{gateway}"] = "gateway"
-        wanted |= {address: "depends_on" for address in spec.depends_on}
+        wanted = _references(resource, fleets, default_gateway)
         for address, key in wanted.items():
             if address not in desired.resources:
                 message = f"{resource.address} refers to {address}, which is not declared"
                 issues.append(issue_at(resource, (key,), message, project_dir))
         edges[resource.address] = tuple(a for a in wanted if a in desired.resources)
+    # only `depends_on` can close a loop: implied edges point from runs to what they use
+    if any(r.spec.depends_on for r in desired):
+        issues += _cycle_issues(desired, edges, fleets, default_gateway, project_dir)
     if issues:
         raise ConfigError(issues)
     return edges
 
 
-def _mounted_volume_names(spec: RunSpec) -> list[str]:
-    names: list[str] = []
-    for mount in spec.volumes:
+def _references(
+    resource: Resource, fleets: list[str], default_gateway: str | None
+) -> dict[str, str]:
+    """address -> the key of `resource` that refers to it."""
+    wanted: dict[str, str] = {}
+    spec = resource.spec
+    if isinstance(spec, RunSpec):
+        named = spec.fleet_names()
+        wanted |= {f"fleet.{n}": "fleets" for n in (fleets if named is None else named)}
+        wanted |= {f"volume.{n}": "volumes" for _, n in _mounted_volume_names(spec)}
+    if isinstance(spec, ServiceSpec):
+        gateway = _gateway_of(spec, default_gateway)
+        if gateway:
+            wanted[f"gateway.{gateway}"] = "gateway"
+    wanted |= {address: "depends_on" for address in spec.depends_on}
+    return wanted
+
+
+def _cycle_issues(
+    desired: Desired,
+    edges: dict[str, tuple[str, ...]],
+    fleets: list[str],
+    default_gateway: str | None,
+    project_dir: str | Path,
+) -> list[ConfigIssue]:
+    order = {address: index for index, address in enumerate(desired.resources)}
+    issues = []
+    for cycle in find_cycles(edges):
+        # read it from the resource declared first, and point at the key that leaves it
+        cycle = starting_at(cycle, min(cycle[:-1], key=order.__getitem__))
+        resource = desired.resources[cycle[0]]
+        key = _references(resource, fleets, default_gateway)[cycle[1]]
+        message = "dependency cycle: " + " -> ".join(cycle)
+        path = _item_path(resource, key, cycle[1])
+        issues.append(issue_at(resource, path, message, project_dir))
+    return issues
+
+
+def _item_path(resource: Resource, key: str, address: str) -> KeyPath:
+    """The list item under `key` that names `address` (the key itself for implied edges)."""
+    spec = resource.spec
+    if key == "depends_on":
+        return (key, spec.depends_on.index(address))
+    if key == "volumes" and isinstance(spec, RunSpec):
+        name = address.removeprefix("volume.")
+        return (key, next(i for i, n in _mounted_volume_names(spec) if n == name))
+    if key == "fleets" and isinstance(spec, RunSpec):
+        named = spec.fleet_names()
+        name = address.removeprefix("fleet.")
+        return (key,) if named is None else (key, named.index(name))
+    return (key,)
+
+
+def _mounted_volume_names(spec: RunSpec) -> list[tuple[int, str]]:
+    names: list[tuple[int, str]] = []
+    for index, mount in enumerate(spec.volumes):
         if isinstance(mount, NetworkVolumeMount):
             candidates = (mount.name,) if isinstance(mount.name, str) else mount.name
             # per-node names such as data-${{ dstack.node_rank }} are resolved per job later
-            names += [n for n in candidates if "${{" not in n]
+            names += [(index, n) for n in candidates if "${{" not in n]
     return names
 
 
@@ -60,8 +114,7 @@ def _default_gateway(desired: Desired) -> str | None:
         return None
     from dstack_plan.config.gateway import GatewaySpec  # noqa: PLC0415 - only when declared
 
-    gateways = [r for r in declared if isinstance(r.spec, GatewaySpec)]
-    defaults = [r.name for r in gateways if r.spec.default]
+    defaults = [r.name for r in declared if isinstance(r.spec, GatewaySpec) and r.spec.default]
     return defaults[0] if defaults else None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dstack_plan.config.base import STORED
 from dstack_plan.config.kinds import spec_class
 
 if TYPE_CHECKING:
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
 
 def spec_from_normalized(kind: str, data: dict[str, Any]) -> AnySpec:
     """Rebuild the typed spec from its normalised JSON (a saved plan or state entry)."""
-    return spec_class(kind).model_validate(data)
+    return spec_class(kind).model_validate(data, context=STORED)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -11,7 +11,13 @@ from dstack_plan.config.loader import load_text
 # (id, config text, expected line, expected column, a substring of the message)
 CASES = [
     ("yaml-syntax", "type: task\ncommands: [echo hi\n", 3, 1, "invalid YAML"),
-    ("yaml-tab-indent", "type: task\ncommands:\n\t- echo\n", 3, 1, "invalid YAML"),
+    (
+        "yaml-tab-indent",
+        "type: task\ncommands:\n\t- echo\n",
+        3,
+        1,
+        "tabs are not allowed for indentation",
+    ),
     (
         "unknown-key",
         "type: task\ncomands:\n  - echo hi\n",
@@ -168,6 +174,70 @@ CASES = [
     ("bad-cron", "type: task\ncommands: [x]\nschedule:\n  cron: '* *'\n", 4, 9, "cron"),
     ("two-repos", "type: task\ncommands: [x]\nrepos: [a, b]\n", 3, 8, "repos"),
     (
+        "mount-with-three-colons",
+        "type: task\ncommands: [x]\nvolumes: ['/a:/b:/c:/d']\n",
+        3,
+        11,
+        "invalid volume '/a:/b:/c:/d': expected NAME:/path or /host/path:/path (one ':', not 3)",
+    ),
+    (
+        "zero-disk-mapping",
+        "type: task\ncommands: [x]\nresources:\n  disk: {size: 0}\n",
+        4,
+        16,
+        "resources.disk.size: disk size must be greater than 0GB",
+    ),
+    (
+        "zero-disk-shorthand",
+        "type: task\ncommands: [x]\nresources:\n  disk: 0GB\n",
+        4,
+        9,
+        "resources.disk: disk size must be greater than 0GB",
+    ),
+    (
+        "zero-memory",
+        "type: fleet\nnodes: 1\nresources:\n  memory: 0GB\n",
+        4,
+        11,
+        "resources.memory: memory must be greater than 0GB",
+    ),
+    (
+        "zero-volume-size",
+        "type: volume\nname: data\nbackend: aws\nregion: us-east-1\nsize: 0\n",
+        5,
+        7,
+        "size: volume size must be greater than 0GB",
+    ),
+    (
+        "ignore-changes-unknown-path",
+        "type: task\ncommands: [x]\nlifecycle:\n  ignore_changes: [priority, resourcs.gpu]\n",
+        4,
+        30,
+        "lifecycle.ignore_changes.1: a task has no field 'resourcs.gpu' "
+        "(did you mean 'resources.gpu'?)",
+    ),
+    (
+        "ignore-changes-other-kinds-field",
+        "type: task\ncommands: [x]\nlifecycle:\n  ignore_changes: [replicas]\n",
+        4,
+        20,
+        "a task has no field 'replicas'",
+    ),
+    (
+        "ignore-changes-below-a-leaf",
+        "type: task\ncommands: [x]\nlifecycle:\n  ignore_changes: [resources.gpu.count]\n",
+        4,
+        20,
+        "a task has no field 'resources.gpu.count'",
+    ),
+    (
+        "group-name",
+        "type: task\ngroups:\n  - name: Big_Nodes\n    commands: [x]\n",
+        3,
+        11,
+        "groups.0.name: invalid group name 'Big_Nodes'",
+    ),
+    (
         "second-document",
         "type: task\ncommands: [x]\n---\ntype: task\nname: b\nmax_duration: forever\n",
         6,
@@ -206,6 +276,27 @@ def test_all_errors_of_a_file_are_reported_at_once() -> None:
     _, issues = load_text(text, "f.dstack.yml")
     lines = sorted(i.line for i in issues)
     assert lines == [2, 3, 5], [str(i) for i in issues]
+
+
+def test_ignore_changes_accepts_what_each_kind_has() -> None:
+    service = "type: service\ncommands: [x]\nport: 80\nenv: [A=1]\n"
+    paths = "[replicas, resources.gpu, env.A, scaling, lifecycle.prevent_destroy, name]"
+    resources, issues = load_text(service + f"lifecycle:\n  ignore_changes: {paths}\n", "s.yml")
+    assert issues == [] and len(resources) == 1
+    fleet = (
+        "type: fleet\nnodes: 1\nlifecycle: {ignore_changes: [nodes, tags.team, retry.duration]}\n"
+    )
+    resources, issues = load_text(fleet, "f.yml")
+    assert issues == [] and len(resources) == 1
+
+
+def test_mounts_with_one_colon_and_sizes_above_zero_are_accepted() -> None:
+    text = (
+        "type: task\ncommands: [x]\nvolumes: ['/cache:/root/.cache', 'data:/data']\n"
+        "resources: {disk: 0GB..100GB, memory: 0.., shm_size: 0}\n"
+    )
+    resources, issues = load_text(text, "t.yml")
+    assert issues == [] and len(resources) == 1
 
 
 def test_errors_in_several_documents_are_all_reported() -> None:

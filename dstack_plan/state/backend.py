@@ -88,6 +88,15 @@ class StateBackend(ABC):
         Never creates anything. Raises StateError for an unreadable or corrupt state.
         """
 
+    def read_lineage(self) -> str | None:
+        """The lineage of the stored state, or None when none is stored yet.
+
+        Backends that can answer without reading the whole state (local) override this.
+        Raises StateError like `read` when the state cannot be read.
+        """
+        snapshot = self.read()
+        return snapshot.state.lineage if snapshot.exists else None
+
     @abstractmethod
     def write(self, new_state: State, expected: str) -> StateSnapshot:
         """Compare-and-swap: persist `new_state` if the stored version is still `expected`.

@@ -67,8 +67,10 @@ def parse_state(data: bytes | str, source: str | Path) -> State:
     try:
         raw = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
+        # some of json's messages end in "at", meant to precede the position it appends
+        reason = err.msg.removesuffix(" at")
         raise StateError(
-            f"{where}: state file is not valid JSON: {err.msg} at line {err.lineno},"
+            f"{where}: state file is not valid JSON: {reason} at line {err.lineno},"
             f" column {err.colno}"
         ) from None
     except ValueError as err:

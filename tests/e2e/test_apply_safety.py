@@ -53,7 +53,7 @@ async def check_and_converge(project_dir: Path, agent_dir: Path) -> None:
     try:
         snapshot = project.backend.read()
         recorded = {r.name for r in snapshot.state.resources.values()}
-        for run_name, job_id in await agent_jobs(agent_dir, project.deployment):
+        for run_name, job_id in await agent_jobs(agent_dir, project.deployment.key):
             assert run_name in recorded, f"job {job_id} exists but state forgot run {run_name}"
         plan, _ = await project.plan(PlanOptions())
         async with project.locked("apply"):

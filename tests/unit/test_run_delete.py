@@ -7,10 +7,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.apply.runs import _jobs_to_remove
+from dstack_plan.apply.job_ownership import jobs_to_remove as _jobs_to_remove
 from dstack_plan.state import ResourceState
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW_MS = int(NOW.timestamp() * 1000)
 DEPLOYMENT = "abc123"
 
 
@@ -68,16 +69,28 @@ def test_a_deposed_object_spares_its_replacement() -> None:
 
 
 def test_a_create_cut_short_loses_its_orphans_but_not_the_replacement() -> None:
-    cut_short = run(None, tainted=True)  # the intent: no generation, no jobs recorded
-    new = run(200, "web-0-0-200-abc123")
-    removed = _jobs_to_remove(cut_short, LISTED, DEPLOYMENT, new)
-    assert removed == {"web-0-0-100-abc123", "web-1-0-100-abc123", "web-0-0-50-abc123"}
-    # with nothing replacing it (delete-then-create, destroy), every job of the run goes
-    alone = _jobs_to_remove(cut_short, LISTED, DEPLOYMENT, None)
-    assert alone == {j.id for j in LISTED if j.id.endswith(DEPLOYMENT)}
+    # the intent, committed at NOW: no generation, no jobs recorded; its create took the
+    # generation from the clock afterwards, so its orphans are no older than the intent
+    cut_short = run(None, tainted=True)
+    orphan = job(f"web-0-0-{NOW_MS + 40}-abc123", NOW_MS + 40)
+    new = run(NOW_MS + 900, f"web-0-0-{NOW_MS + 900}-abc123")
+    later = [
+        orphan,
+        job(f"web-0-0-{NOW_MS + 900}-abc123", NOW_MS + 900),  # the replacement's
+        job(f"web-0-0-{NOW_MS + 40}-zzz999", NOW_MS + 40, deployment="zzz999"),
+    ]
+    # older jobs of the run are another object's (or another project's): never the intent's
+    assert _jobs_to_remove(cut_short, [*LISTED, *later], DEPLOYMENT, new) == {orphan.id}
+    # with nothing replacing it (delete-then-create, destroy), every later job of its key goes
+    alone = _jobs_to_remove(cut_short, [*LISTED, *later], DEPLOYMENT, None)
+    assert alone == {orphan.id, f"web-0-0-{NOW_MS + 900}-abc123"}
 
 
 def test_jobs_from_before_the_generation_label_still_go() -> None:
     old = run(100, "web-0-0-100-abc123")
-    unlabelled = job("web-0-0-7-abc123", None)
-    assert "web-0-0-7-abc123" in _jobs_to_remove(old, [unlabelled], DEPLOYMENT, None)
+    # their generation is in their id: the run's own goes, another generation's stays
+    unlabelled = [job("web-1-0-100-abc123", None), job("web-0-0-7-abc123", None)]
+    assert _jobs_to_remove(old, unlabelled, DEPLOYMENT, None) == {
+        "web-0-0-100-abc123",
+        "web-1-0-100-abc123",
+    }

@@ -49,6 +49,28 @@ class PortMapping(BaseModel):
     host_port: int | None = Field(default=None, ge=1, le=65535)
 
 
+class PublishedPort(BaseModel):
+    """Where a job's port listens on its host, as the agent reports it once the job runs."""
+
+    model_config = _ANSWER
+    container_port: int
+    host_port: int | None = None
+    """None until known (the container has not started, or Docker published nothing)."""
+    host_ip: str | None = None
+    """The host address it is published on; None: every address (the host network)."""
+
+    def __str__(self) -> str:
+        """`127.0.0.1:49153 -> 8799`, or `8799` on the host network."""
+        if self.host_port is None:
+            return f"? -> {self.container_port}"
+        if self.host_ip is None and self.host_port == self.container_port:
+            return str(self.container_port)
+        host = self.host_ip or "*"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{self.host_port} -> {self.container_port}"
+
+
 class VolumeMount(BaseModel):
     model_config = _REQUEST
     host_path: str
@@ -151,7 +173,7 @@ class JobInfo(BaseModel):
     container_id: str | None = None
     container_name: str | None = None
     pid: int | None = None
-    ports: list[PortMapping] = []
+    ports: list[PublishedPort] = []
     log_size: int = 0
     """The offset the next log byte gets."""
     log_first_offset: int = 0

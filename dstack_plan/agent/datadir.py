@@ -10,6 +10,18 @@ from typing import Any
 
 from dstack_plan.agent.protocol import CONNECTION_FILE, TOKEN_FILE
 
+AGENT_DIR_ENV = "DSTACK_PLAN_AGENT_DIR"
+
+
+def default_agent_dir() -> Path:
+    """Where this machine's agent keeps its data: `$DSTACK_PLAN_AGENT_DIR`, else
+    `$XDG_STATE_HOME/dstack-plan/agent` (`~/.local/state/dstack-plan/agent`)."""
+    configured = os.environ.get(AGENT_DIR_ENV)
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "dstack-plan" / "agent"
+
 
 def write_json_atomic(path: Path, data: Any, mode: int = 0o600) -> None:
     """Replace `path` with `data` so a reader (or a crash) never sees a half-written file."""

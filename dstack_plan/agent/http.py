@@ -43,7 +43,7 @@ def tcp(host: str, port: int) -> Connector:
     """A connector for a plain TCP address."""
 
     def connect() -> Awaitable[tuple[Reader, Writer]]:
-        return asyncio.open_connection(host, port)  # type: ignore[return-value]
+        return asyncio.open_connection(host, port)
 
     return connect
 

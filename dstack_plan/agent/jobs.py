@@ -85,7 +85,10 @@ class JobManager:
     # -- persistence and recovery ----------------------------------------------------------
 
     def _persist(self, job: Job) -> None:
-        write_json_atomic(self._data.job_dir(job.id) / "job.json", job.record())
+        # A job deleted meanwhile stays deleted: a late write (its thread marking it started
+        # just after a forced delete) would bring its directory back.
+        if self._jobs.get(job.id) is job:
+            write_json_atomic(self._data.job_dir(job.id) / "job.json", job.record())
 
     def _logs(self, job_id: str) -> LogStore:
         return LogStore(self._data.job_dir(job_id) / "logs", self._log_max_bytes)

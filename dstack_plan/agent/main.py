@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from dstack_plan.agent import daemon
-from dstack_plan.agent.datadir import DataDir
+from dstack_plan.agent.datadir import AGENT_DIR_ENV, DataDir, default_agent_dir
 from dstack_plan.agent.logformat import FORMATS, LEVELS, configure
 from dstack_plan.agent.protocol import AGENT_VERSION, DEFAULT_LOG_MAX_BYTES
 
@@ -34,9 +34,10 @@ def _parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
         sub.add_argument(
             "--data-dir",
-            required=True,
             type=Path,
-            help="where the token, job records and logs live",
+            default=None,
+            help="where the token, job records and logs live (default: the local agent's, "
+            f"${AGENT_DIR_ENV} or ~/.local/state/dstack-plan/agent)",
         )
         return sub
 
@@ -71,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (status: 0 running, 3 not running)."""
     args = _parser().parse_args(argv)
-    data = DataDir(args.data_dir)
+    # resolved here, not as the argparse default, so --help shows no machine-specific path
+    data = DataDir(args.data_dir or default_agent_dir())
     configure(getattr(args, "log_level", "info"), getattr(args, "log_format", "text"))
     try:
         if args.command == "serve":

@@ -299,6 +299,7 @@ def parse_job_spec(data: Any) -> JobSpec:
         c.bad("working_dir", "must be an absolute path inside the container")
     if c.problems:
         raise SpecError(c.problems)
+    assert isinstance(run_name, str)  # checked above
     return JobSpec(
         id=job_id,
         run_name=run_name,

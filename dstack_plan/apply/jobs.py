@@ -5,17 +5,25 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import SecretStr
 
 from dstack_plan.agent.api_models import JobSpec, PortMapping, RegistryCredentials, VolumeMount
 from dstack_plan.config import interpolation
+from dstack_plan.config.ranges import CountRange
 from dstack_plan.config.run_fields import InstanceVolumeMount, RegistryAuth
-from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
+from dstack_plan.config.runs import (
+    DevEnvironmentSpec,
+    NodeGroup,
+    RunSpec,
+    ServiceSpec,
+    TaskSpec,
+)
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.scheduler.matching import gpus_wanted
+from dstack_plan.scheduler.placement import JobDemand
 
 GB = 2**30
 
@@ -33,9 +41,12 @@ def job_id(run_name: str, slot: JobSlot, generation: int, deployment: str) -> st
     return f"{run_name}-{slot.replica}-{slot.node}-{generation}-{deployment}"
 
 
-def deployment_key(state_location: str) -> str:
-    """A short stable id of the state a run belongs to."""
-    return hashlib.sha1(state_location.encode()).hexdigest()[:6]
+def deployment_key(lineage: str) -> str:
+    """A short id of the state a run belongs to, from the state's lineage: fixed when the
+    state is born and different for every state, wherever its file lives (two projects'
+    `.dstack/state.json` are the same relative path). States from before hashed that path
+    into six hex digits; these keys have eight, so the two kinds never collide."""
+    return hashlib.sha1(lineage.encode()).hexdigest()[:8]
 
 
 def slots(spec: RunSpec, replicas: int | None = None) -> list[JobSlot]:
@@ -51,11 +62,15 @@ def slots(spec: RunSpec, replicas: int | None = None) -> list[JobSlot]:
 def initial_replicas(spec: ServiceSpec) -> int:
     groups = spec.replica_groups()
     if groups:
-        return sum(
-            ((g.replicas or g.count).min or 0) if (g.replicas or g.count) else 1 for g in groups
-        )
-    low = spec.replicas.min or 0
-    return max(low, 1) if spec.replicas.max else low
+        return sum(_group_replicas(g.replicas or g.count) for g in groups)
+    replicas = spec.replicas
+    assert not isinstance(replicas, tuple)  # a tuple is replica groups, counted above
+    low = replicas.min or 0
+    return max(low, 1) if replicas.max else low
+
+
+def _group_replicas(count: CountRange | None) -> int:
+    return (count.min or 0) if count else 1
 
 
 class JobContext(NamedTuple):
@@ -98,11 +113,11 @@ def build_job(
         run_id=ctx.run_id,
         image=spec.image,
         commands=commands,
-        entrypoint=[spec.entrypoint] if getattr(spec, "entrypoint", None) else None,
+        entrypoint=[entrypoint] if (entrypoint := getattr(spec, "entrypoint", None)) else None,
         env=env,
         working_dir=spec.working_dir,
         user=spec.user,
-        ports=[PortMapping(container_port=p.container_port) for p in _ports(spec)],
+        ports=[PortMapping(container_port=p) for p in container_ports(spec, slot)],
         gpus=gpus,
         shm_size=int(spec.resources.shm_size * GB) if spec.resources.shm_size else None,
         volumes=[
@@ -110,11 +125,15 @@ def build_job(
             for v in spec.volumes
             if isinstance(v, InstanceVolumeMount)
         ],
-        network_mode="host",
-        labels={"deployment": ctx.deployment, "generation": str(ctx.generation)},
+        network_mode=network_mode(spec),
+        labels={
+            "deployment": ctx.deployment,
+            "generation": str(ctx.generation),
+            "address": f"{run_kind(spec)}.{ctx.run_name}",
+        },
         privileged=spec.privileged or spec.docker,
-        stop_timeout=float(spec.stop_duration) if spec.stop_duration != "off" else 0.0,
-        max_duration=float(spec.max_duration) if spec.max_duration != "off" else None,
+        stop_timeout=_seconds(spec.stop_duration) or 0.0,
+        max_duration=_seconds(spec.max_duration),
         registry_auth=_credentials(spec.registry_auth, values, secrets, ctx.run_name),
     )
 
@@ -144,10 +163,76 @@ def _commands(spec: RunSpec, slot: JobSlot) -> list[str]:
     return list(getattr(spec, "commands", ()))
 
 
-def _ports(spec: RunSpec) -> list:
+def network_mode(spec: RunSpec) -> Literal["host", "bridge"]:
+    """`bridge` for a container with ports, so Docker maps each to a free host port and
+    replicas on one host never clash; `host` for the rest. The nodes of a multi-node task
+    keep the host network (they reach each other by host address, and each has its own
+    machine), and a job without an image is a plain process, on the host network."""
+    if spec.image is None or (isinstance(spec, TaskSpec) and spec.node_count() > 1):
+        return "host"
+    if isinstance(spec, ServiceSpec) or container_ports(spec, JobSlot(0, 0)):
+        return "bridge"
+    return "host"
+
+
+def container_ports(spec: RunSpec, slot: JobSlot) -> tuple[int, ...]:
+    """The ports the job of `slot` listens on: a service's `port`, a task's (or its node
+    group's) and a dev environment's `ports`."""
     if isinstance(spec, ServiceSpec):
-        return [spec.port]
-    return list(getattr(spec, "ports", ()))
+        return (spec.port.container_port,)
+    if isinstance(spec, TaskSpec) and spec.groups:
+        node = slot.node
+        for group in spec.groups:
+            if node < group.nodes:
+                return tuple(dict.fromkeys(p.container_port for p in group.ports))
+            node -= group.nodes
+        return ()
+    return tuple(dict.fromkeys(p.container_port for p in getattr(spec, "ports", ())))
+
+
+def host_ports(spec: RunSpec, slot: JobSlot) -> tuple[int, ...]:
+    """The ports the job binds on its host itself: all of them on the host network, none
+    for a bridged container (Docker maps those to free host ports)."""
+    if network_mode(spec) == "bridge":
+        return ()
+    return container_ports(spec, slot)
+
+
+def job_demands(spec: RunSpec, replicas: int | None = None) -> list[JobDemand]:
+    """What each job of the run needs from the machine it is placed on, for the scheduler."""
+    wanted = slots(spec, replicas)
+    groups = spec.groups if isinstance(spec, TaskSpec) and spec.groups else None
+    demands = []
+    for slot in wanted:
+        if isinstance(spec, ServiceSpec):
+            label = f"replica {slot.replica}"
+        elif len(wanted) > 1:
+            label = f"node {slot.node}"
+        else:
+            label = "job"
+        resources = _group_of(groups, slot.node).resources if groups else spec.resources
+        demands.append(JobDemand(label, resources, host_ports(spec, slot)))
+    return demands
+
+
+def _group_of(groups: tuple[NodeGroup, ...], node: int) -> NodeGroup:
+    for group in groups:
+        if node < group.nodes:
+            return group
+        node -= group.nodes
+    return groups[-1]
+
+
+def _seconds(duration: int | str | None) -> float | None:
+    """A duration field's seconds; None for `off` (or unset)."""
+    return None if duration is None or duration == "off" else float(duration)
+
+
+def run_kind(spec: RunSpec) -> str:
+    """`task`, `service` or `dev-environment`: the kind of address the run has."""
+    if isinstance(spec, TaskSpec):
+        return "task"
+    return "service" if isinstance(spec, ServiceSpec) else "dev-environment"
 
 
 def _dstack_env(ctx: JobContext, slot: JobSlot, gpus: int) -> dict[str, str | SecretStr]:

@@ -11,8 +11,8 @@ from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.providers.base import GPU, MachineResources
 
 
-def mismatch(requirements: ResourcesSpec, machine: MachineResources, free_gpus: int) -> str | None:
-    """Why `machine` cannot take a job with these requirements, or None when it can."""
+def static_mismatch(requirements: ResourcesSpec, machine: MachineResources) -> str | None:
+    """Why `machine` could never take such a job, even with nothing else running on it."""
     cpu = requirements.cpu
     if cpu.arch is not None and cpu.arch.value != machine.cpu_arch:
         return f"needs {cpu.arch.value} CPUs, machine is {machine.cpu_arch}"
@@ -28,17 +28,33 @@ def mismatch(requirements: ResourcesSpec, machine: MachineResources, free_gpus: 
         return None
     suitable = [g for g in machine.gpus if _gpu_matches(requirements.gpu, g)]
     if len(suitable) < wanted:
-        return f"needs {wanted} GPU{'s' if wanted > 1 else ''} ({requirements.gpu}), " + (
-            f"machine has {len(suitable)} suitable" if machine.gpus else "machine has none"
-        )
-    if free_gpus < wanted:
-        return f"needs {wanted} free GPUs, {free_gpus} free now"
+        if suitable:
+            has = f"has {len(suitable)} suitable"
+        elif machine.gpus:
+            has = f"has none (it has {len(machine.gpus)} {machine.gpus[0].name})"
+        else:
+            has = "has none"
+        return f"needs {describe_gpus(requirements.gpu, wanted)}, {has}"
     return None
+
+
+def describe_gpus(spec: GPUSpec, count: int) -> str:
+    """`8 GPUs H100 80GB`, `1 GPU`: what a job asks for, in words."""
+    what = [",".join(spec.name)] if spec.name else []
+    if not what and spec.vendor is not None:
+        what.append(spec.vendor.value)
+    if spec.memory is not None:
+        what.append(str(spec.memory))
+    return " ".join([f"{count} GPU{_s(count)}", *what])
 
 
 def gpus_wanted(gpu: GPUSpec) -> int:
     """How many GPUs a job takes: the lower bound of the count range."""
     return gpu.count.min or 0
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def _gpu_matches(spec: GPUSpec, gpu: GPU) -> bool:

@@ -83,14 +83,18 @@ def test_service_keeps_running_and_destroy_stops_its_processes(
     dstack: Dstack, tmp_path: Path
 ) -> None:
     project = tmp_path / "project"
+    # two services: process replicas of one port cannot share a host (the plan refuses them)
     (project / "svc.dstack.yml").write_text(
-        "type: service\nname: web\nport: 18931\nreplicas: 2\n"
-        "commands: ['echo serving; exec sleep 300']\n"
-        "resources: {cpu: 1.., memory: 0.1GB.., disk: 1GB..}\nstop_duration: 5s\n"
+        "\n---\n".join(
+            f"type: service\nname: {name}\nport: {port}\nreplicas: 1\n"
+            "commands: ['echo serving; exec sleep 300']\n"
+            "resources: {cpu: 1.., memory: 0.1GB.., disk: 1GB..}\nstop_duration: 5s\n"
+            for name, port in (("web", 18931), ("api", 18932))
+        )
     )
     assert dstack("apply", "-y").returncode == 0
-    row = wait_for_status(dstack, "service.web", {"running"})
-    assert len(row["jobs"]) == 2
+    for address in ("service.web", "service.api"):
+        assert len(wait_for_status(dstack, address, {"running"})["jobs"]) == 1
     records = [json.loads(p.read_text()) for p in (tmp_path / "agent" / "jobs").glob("*/job.json")]
     pids = [r["pid"] for r in records if r.get("pid")]
     assert len(pids) == 2

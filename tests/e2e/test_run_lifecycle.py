@@ -191,12 +191,12 @@ def test_a_run_no_machine_can_take_fails_to_apply(dstack: Dstack, tmp_path: Path
         task("big", "echo should not run").replace("memory: 0.1GB..", "memory: 100000GB..")
     )
     planned = dstack("plan", "--json")
-    placement = json.loads(planned.stdout)["resource_changes"][0]["placement"]
-    assert placement["placed"] is False and "cannot be placed" in placement["note"]
-    applied = dstack("apply", "-y")
+    assert planned.returncode == 1, planned.stdout + planned.stderr
+    assert "task.big cannot run on any fleet: local (" in planned.stderr
+    assert "needs 100000GB.. memory, machine has" in planned.stderr
+    applied = dstack("apply", "-y")  # refused by its plan, before anything starts
     assert applied.returncode == 1, applied.stdout + applied.stderr
-    assert "task.big: local: cannot be placed" in applied.stderr
-    assert "1 failed" in applied.stdout + applied.stderr
+    assert "task.big cannot run on any fleet" in applied.stderr
     jobs = tmp_path / "agent" / "jobs"
     assert not jobs.exists() or not any(jobs.iterdir())
 
@@ -206,8 +206,9 @@ def test_stop_also_ends_what_a_failed_replacement_left_running(
 ) -> None:
     config, old_pid = start_replaceable_service(dstack, tmp_path, port=18936)
 
-    # the replacement cannot be placed: the old object stays, deposed, and keeps running
-    config.write_text(config.read_text().replace("memory: 0.1GB..", "memory: 100000GB.."))
+    # the replacement cannot start (an env variable without a value): the old object stays,
+    # deposed, and keeps running
+    config.write_text(config.read_text() + "env: [DSTACK_PLAN_TEST_UNSET_VARIABLE]\n")
     assert dstack("apply", "-y").returncode == 1
     entry = state(tmp_path / "project")["resources"]["service.web"]
     assert entry["tainted"] and len(entry["attributes"]["_deposed"]) == 1

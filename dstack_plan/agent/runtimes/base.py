@@ -32,6 +32,14 @@ class JobControl(Protocol):
         """Add output to the job's log."""
 
 
+def host_network_ports(job: Job) -> list[dict[str, Any]]:
+    """Where a job on the host network listens: on its own ports, on the host itself."""
+    return [
+        {"container_port": p.container_port, "host_port": p.container_port, "host_ip": None}
+        for p in job.spec.ports
+    ]
+
+
 class Runtime:
     """Runs jobs of one kind. Every method is called from a job's own thread or a helper."""
 

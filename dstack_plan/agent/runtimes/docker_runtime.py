@@ -23,13 +23,16 @@ from dstack_plan.agent.protocol import (
     PULLING,
     RUNTIME_DOCKER,
 )
-from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError
+from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError, host_network_ports
 from dstack_plan.agent.runtimes.docker_logs import StreamCursor, skip_bytes
 
 log = logging.getLogger(__name__)
 
 _NEVER_STARTED = "0001-01-01T00:00:00Z"
 _AMD_DEVICES = ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+PUBLISH_IP = "127.0.0.1"
+"""Bridged containers publish their ports on loopback only, as the agent listens: the
+controller and the service proxy reach them through the host, never from the network."""
 
 
 def _explain(e: Exception) -> str:
@@ -180,7 +183,10 @@ class DockerRuntime(Runtime):
         ports = None
         if spec.network_mode == "bridge" and spec.ports:
             ports = [p.container_port for p in spec.ports]
-            host["port_bindings"] = {p.container_port: p.host_port for p in spec.ports}
+            # no host port given: Docker picks a free one, so replicas never clash
+            host["port_bindings"] = {
+                p.container_port: (PUBLISH_IP, p.host_port) for p in spec.ports
+            }
         return {
             "image": spec.image,
             "entrypoint": entrypoint,
@@ -196,17 +202,21 @@ class DockerRuntime(Runtime):
         }
 
     def _ports(self, api: Any, job: Job, container_id: str) -> list[dict[str, Any]]:
+        """Where each port listens on the host: the same port on the host network, else the
+        port Docker published it on (read back, as Docker chose it)."""
         if job.spec.network_mode != "bridge":
-            return [
-                {"container_port": p.container_port, "host_port": p.container_port}
-                for p in job.spec.ports
-            ]
+            return host_network_ports(job)
         bound = api.inspect_container(container_id)["NetworkSettings"].get("Ports") or {}
         out = []
         for p in job.spec.ports:
             bindings = bound.get(f"{p.container_port}/tcp") or []
+            # IPv4 first: we publish on 127.0.0.1, but an engine may list [::] bindings too
+            bindings = sorted(bindings, key=lambda b: ":" in str(b.get("HostIp", "")))
             host_port = int(bindings[0]["HostPort"]) if bindings else None
-            out.append({"container_port": p.container_port, "host_port": host_port})
+            host_ip = (bindings[0].get("HostIp") or None) if bindings else None
+            out.append(
+                {"container_port": p.container_port, "host_port": host_port, "host_ip": host_ip}
+            )
         return out
 
     # -- running ---------------------------------------------------------------------------
@@ -241,6 +251,8 @@ class DockerRuntime(Runtime):
 
     def _follow_engine(self, api: Any, job: Job, ctl: JobControl, cursor: StreamCursor) -> int:
         """Capture the rest from the engine's log (after a restart or a broken attach)."""
+        container_id = job.container_id
+        assert container_id is not None  # set before the container starts, or by adopt
         exact = cursor.engine_log_estimate() < self._engine_log_max
         if not exact:
             ctl.append_log(
@@ -251,10 +263,10 @@ class DockerRuntime(Runtime):
             )
         while True:
             self._pump_engine(api, job, ctl, cursor, exact)
-            if not self._running(api, job.container_id):
+            if not self._running(api, container_id):
                 break
             time.sleep(0.2)  # the streams broke while it runs (engine restart): go again
-        return self._exit_code(api, job.container_id)
+        return self._exit_code(api, container_id)
 
     def _pump_engine(
         self, api: Any, job: Job, ctl: JobControl, cursor: StreamCursor, exact: bool

@@ -16,7 +16,7 @@ from typing import Any
 
 from dstack_plan.agent.job import Job
 from dstack_plan.agent.protocol import EXECUTOR_ERROR, RUNTIME_PROCESS
-from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError
+from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError, host_network_ports
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,12 @@ class ProcessRuntime(Runtime):
                 target=self._read, args=(job, ctl, proc), name=f"log-{job.id}", daemon=True
             )
             reader.start()
-            stop = ctl.mark_started(job, pid=proc.pid, pid_start=process_start_ticks(proc.pid))
+            stop = ctl.mark_started(
+                job,
+                pid=proc.pid,
+                pid_start=process_start_ticks(proc.pid),
+                ports=host_network_ports(job),
+            )
             if stop is not None:
                 threading.Thread(target=self.stop, args=(job, stop.timeout), daemon=True).start()
             code = proc.wait()

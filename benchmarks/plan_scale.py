@@ -55,6 +55,18 @@ TARGET_RATIO = 15.0
 GROUP = 20
 """Documents per file; each file is one self-contained group of resources."""
 REAL_DONE_JOBS = 8
+
+
+class BenchProject(Project):
+    """A project whose fleets, volumes and gateways plan as if their providers were there.
+
+    This version has no provider that creates them, so a real plan refuses them; the
+    benchmark measures what planning them costs once providers exist."""
+
+    def unsupported(self, items: Any) -> dict[tuple[str, str], str]:
+        return {}
+
+
 REAL_RUNNING_JOBS = 2
 
 FLEET = """type: fleet
@@ -208,7 +220,7 @@ async def wait_finished(project: Project, ids: list[str]) -> None:
 
 async def build_state(root: Path, state_path: Path, agent_dir: Path) -> list[str]:
     """Plan once against no state, record every create as apply would; return real job ids."""
-    project = Project(root, state_path=state_path, agent_dir=agent_dir)
+    project = BenchProject(root, state_path=state_path, agent_dir=agent_dir)
     try:
         plan, _ = await project.plan()
         runs = [c for c in plan.changes if c.kind in RUN_KINDS]
@@ -258,7 +270,7 @@ def _recorded(
     for slot in slots(typed):  # type: ignore[arg-type]
         records.append(
             {
-                "id": job_id(name, slot, generation, project.deployment),
+                "id": job_id(name, slot, generation, project.deployment.key),
                 "host": "localhost",
                 "replica": slot.replica,
                 "node": slot.node,
@@ -273,7 +285,7 @@ def _recorded(
     attributes = {
         "fleet": LOCAL_FLEET,
         "generation": generation,
-        "deployment": project.deployment,
+        "deployment": project.deployment.key,
         "price_per_hour": 0.0,
         "jobs": records,
     }
@@ -283,7 +295,7 @@ def _recorded(
 async def plan_once(root: Path, state_path: Path, agent_dir: Path) -> tuple[float, float, Plan]:
     """Wall and CPU seconds (this process; the agent answers in its own) of one fresh plan."""
     start, cpu = time.perf_counter(), time.process_time()
-    project = Project(root, state_path=state_path, agent_dir=agent_dir)
+    project = BenchProject(root, state_path=state_path, agent_dir=agent_dir)
     try:
         plan, _ = await project.plan()
     finally:
@@ -324,7 +336,7 @@ async def prepare(n: int, tmp: Path, agent_dir: Path) -> Prepared:
 
 
 async def delete_live_jobs(prepared: Prepared, agent_dir: Path) -> None:
-    project = Project(prepared.root, state_path=prepared.state_path, agent_dir=agent_dir)
+    project = BenchProject(prepared.root, state_path=prepared.state_path, agent_dir=agent_dir)
     try:
         agent = await project.local.agent()
         for job in prepared.live:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from dstack_plan.clock import Clock, SystemClock
-from dstack_plan.plan.model import ResourceChange
+from dstack_plan.plan.model import Crash, ResourceChange
 from dstack_plan.state.model import ResourceState
 
 
@@ -32,6 +32,8 @@ class Refreshed(NamedTuple):
     attributes: dict[str, Any]
     gone: str | None = None
     """Why it no longer exists (drift), e.g. `jobs gone from the agent`; None if it exists."""
+    crashed: Crash | None = None
+    """It exists but broke by itself (a service whose jobs failed): drift the plan repairs."""
 
 
 @dataclass
@@ -52,6 +54,12 @@ class ApplyContext:
 
 class ResourceHandler(ABC):
     """Side effects for one kind. Every method must be safe to retry after a crash."""
+
+    def cannot_create(self, kind: str, provider: str) -> str | None:
+        """Why this handler cannot create or update a `kind` held by `provider`, or None when
+        it can. The plan refuses such a resource instead of promising it; deleting one from
+        state must still work."""
+        return None
 
     @abstractmethod
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:

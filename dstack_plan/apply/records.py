@@ -15,12 +15,11 @@ from typing import Any
 
 from dstack_plan.apply.handlers import Outcome
 from dstack_plan.errors import PlanError
-from dstack_plan.plan.model import DEPOSED_KEY, ResourceChange
+from dstack_plan.plan.model import CREATING, DEPOSED_KEY, ResourceChange
 from dstack_plan.state.commit import Mutation
 from dstack_plan.state.model import ResourceState, State
 
-CREATING = "creating"
-"""Status of an intent entry: a create was started and has not been recorded as done."""
+__all__ = ["CREATING"]  # the intent's status; defined beside the plan, which reads it too
 
 
 def deposed_of(entry: ResourceState | None) -> list[ResourceState]:
@@ -78,17 +77,28 @@ def created(
     deposed: list[ResourceState] | None = None,
 ) -> ResourceState:
     """The entry after a successful create; keeps `created_at` of the intent (`previous`)."""
-    fields = dict(
+    spec = _desired_spec(change)
+    attributes = _with_deposed(dict(outcome.attributes), deposed or [])
+    if previous is None:
+        return ResourceState.create(
+            change.address,
+            provider=change.provider,
+            spec=spec,
+            status=outcome.status,
+            now=now,
+            attributes=attributes,
+            depends_on=change.depends_on,
+            tainted=False,
+        )
+    return previous.updated(
+        now=now,
         provider=change.provider,
-        spec=_desired_spec(change),
+        spec=spec,
         status=outcome.status,
-        attributes=_with_deposed(dict(outcome.attributes), deposed or []),
+        attributes=attributes,
         depends_on=change.depends_on,
         tainted=False,
     )
-    if previous is None:
-        return ResourceState.create(change.address, now=now, **fields)
-    return previous.updated(now=now, **fields)
 
 
 def updated(

@@ -32,6 +32,9 @@ STATE_ONLY_FIELDS = frozenset({"lifecycle", "depends_on"})
 
 FINISHED_STATUSES = frozenset({"done", "failed", "terminated", "aborted"})
 
+LONG_RUNNING_KINDS = frozenset({"service", "dev-environment"})
+"""Runs meant to run until stopped: one whose jobs failed by themselves has crashed (drift)."""
+
 
 def is_in_place(kind: str, path: str) -> bool:
     top = path.split(".", 1)[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,6 +13,20 @@ PLAN_FORMAT_VERSION = "1.0"
 DEPOSED_KEY = "_deposed"
 """State attribute under which apply keeps old objects that a create-before-destroy replace
 could not destroy yet; the next apply of that address destroys them."""
+
+CREATING = "creating"
+"""Status of an intent entry: apply started a create and has not recorded it as done. Such an
+entry (tainted, without deposed objects) records nothing that was ever created."""
+
+
+class Crash(NamedTuple):
+    """Refresh found a long-running resource broken (a service or dev environment whose jobs
+    failed, not stopped by the user): drift that the plan repairs by replacing it."""
+
+    reason: str
+    """e.g. `service crashed (job llm-0-0 exited with code 1)`."""
+    active: bool = False
+    """Some of its jobs still run: replacing it stops them too."""
 
 
 class Action(str, Enum):
@@ -72,6 +86,9 @@ class Placement(Frozen):
     placed: bool | None = None
     """True: `hosts` can take the jobs; False: no host can (`note` says why), so applying it
     fails; None: machines are known only after apply."""
+    pending: bool = False
+    """Not placed now, only because what runs on the hosts holds the GPUs or ports it needs
+    (`note` says what it waits for); False with `placed` False: no host could ever take it."""
     note: str | None = None
     """Why the placement is uncertain or impossible (e.g. no host has enough GPUs)."""
 

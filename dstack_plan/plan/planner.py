@@ -1,7 +1,7 @@
 """The diff of desired against (refreshed) state: one change per address, with reasons.
 
 Pure: everything it needs (refreshed state, drift found by refresh, placements chosen by the
-scheduler) comes in as arguments.
+scheduler, what the apply handlers cannot do) comes in as arguments.
 """
 
 from __future__ import annotations
@@ -14,7 +14,17 @@ from dstack_plan.errors import PlanError
 from dstack_plan.graph import dag
 from dstack_plan.plan.diff import diff_specs
 from dstack_plan.plan.kinds import create_before_destroy, prevents_destroy
-from dstack_plan.plan.model import DEPOSED_KEY, Action, Cost, Placement, Plan, ResourceChange
+from dstack_plan.plan.model import (
+    CREATING,
+    DEPOSED_KEY,
+    Action,
+    Cost,
+    Crash,
+    Placement,
+    Plan,
+    ResourceChange,
+)
+from dstack_plan.plan.suggest import did_you_mean
 from dstack_plan.state.model import ResourceState, State
 
 
@@ -46,9 +56,19 @@ class PlanInputs(NamedTuple):
     """address -> why refresh found it gone (e.g. `jobs gone`)."""
     placements: Mapping[str, Placement] = MappingProxyType({})
     options: PlanOptions = PlanOptions()
+    crashed: Mapping[str, Crash] = MappingProxyType({})
+    """address -> how refresh found a run broken (its jobs failed): the plan replaces it."""
+    unsupported: Mapping[tuple[str, str], str] = MappingProxyType({})
+    """(kind, provider) -> why apply cannot create or update such a resource in this version
+    (the handlers say so); a plan that would is refused."""
 
 
 def make_plan(inputs: PlanInputs) -> Plan:
+    """The changes that make the state match the configuration, in dependency order.
+
+    Raises PlanError for what no apply could do: unknown --target/--replace addresses, changes
+    whose provider cannot make them (and their dependents), destroying protected objects.
+    """
     desired = {d.address: d for d in inputs.desired}
     state = inputs.state
     options = inputs.options
@@ -63,8 +83,9 @@ def make_plan(inputs: PlanInputs) -> Plan:
         change = _classify(address, wanted, current, inputs)
         if change is not None:
             changes.append(change)
-    _check_prevent_destroy(changes, options)
-    warnings = ()
+    _check_supported(changes, inputs.unsupported)
+    _check_prevent_destroy(changes, inputs)
+    warnings: tuple[str, ...] = ()
     if options.targets:
         warnings = ("Resource targeting is in effect: the plan may be incomplete.",)
     return Plan.model_construct(
@@ -90,7 +111,10 @@ def _check_known(options: PlanOptions, desired: Mapping[str, Any], state: State)
     for flag, addresses in (("--target", options.targets), ("--replace", options.replace)):
         for address in addresses:
             if address not in desired and state.get(address) is None:
-                raise PlanError(f"{flag} {address}: no such resource in configuration or state")
+                hint = did_you_mean(address, [*desired, *state.resources])
+                raise PlanError(
+                    f"{flag} {address}: no such resource in configuration or state{hint}"
+                )
 
 
 def _selected(
@@ -108,67 +132,102 @@ def _ordered(batches: list[list[str]], selected: set[str]) -> list[str]:
     return [a for batch in batches for a in batch if a in selected]
 
 
+class Decision(NamedTuple):
+    """What happens to an address that is both desired and in state, and why."""
+
+    action: Action
+    after: dict[str, Any]
+    reason: str | None = None
+    action_reason: str | None = None
+    changed_paths: tuple[str, ...] = ()
+    replace_paths: tuple[str, ...] = ()
+
+
 def _classify(
     address: str,
     wanted: DesiredItem | None,
     current: ResourceState | None,
     inputs: PlanInputs,
 ) -> ResourceChange | None:
-    placement = inputs.placements.get(address)
-    if wanted is None and current is None:
-        return None
     if wanted is None:
-        assert current is not None
-        reason = "destroy requested" if inputs.options.destroy else "not in configuration"
+        if current is None:
+            return None
+        destroy = inputs.options.destroy
         return ResourceChange(
-            address=address, kind=current.kind, name=current.name, provider=current.provider,
-            action=Action.DELETE, before=current.spec, reason=reason,
-            action_reason=None if inputs.options.destroy else "delete_because_no_resource_config",
+            address=address,
+            kind=current.kind,
+            name=current.name,
+            provider=current.provider,
+            action=Action.DELETE,
+            before=current.spec,
+            reason="destroy requested" if destroy else "not in configuration",
+            action_reason=None if destroy else "delete_because_no_resource_config",
             depends_on=current.depends_on,
-        )  # fmt: skip
-    common = dict(
-        address=address, kind=wanted.kind, name=wanted.name, provider=wanted.provider,
-        depends_on=wanted.depends_on, placement=placement, secrets=wanted.secrets,
-    )  # fmt: skip
+        )
     if current is None:
-        return ResourceChange(**common, action=Action.CREATE, after=wanted.spec)
+        decision = Decision(Action.CREATE, wanted.spec)
+    else:
+        decision = _decide(address, wanted, current, inputs)
+    return ResourceChange(
+        address=address,
+        kind=wanted.kind,
+        name=wanted.name,
+        provider=wanted.provider,
+        action=decision.action,
+        reason=decision.reason,
+        action_reason=decision.action_reason,
+        before=None if current is None else current.spec,
+        after=decision.after,
+        changed_paths=decision.changed_paths,
+        replace_paths=decision.replace_paths,
+        depends_on=wanted.depends_on,
+        placement=inputs.placements.get(address),
+        secrets=wanted.secrets,
+    )
+
+
+def _decide(
+    address: str, wanted: DesiredItem, current: ResourceState, inputs: PlanInputs
+) -> Decision:
+    """The change for a resource that is in both the configuration and the state."""
     if address in inputs.drift:
-        return ResourceChange(
-            **common, action=Action.CREATE, before=current.spec, after=wanted.spec,
-            reason=f"drift: {inputs.drift[address]}",
-        )  # fmt: skip
+        return Decision(Action.CREATE, wanted.spec, reason=f"drift: {inputs.drift[address]}")
     diff = diff_specs(wanted.kind, current.spec, wanted.spec)
+    replace = _replace_action(wanted)
     if address in inputs.options.replace:
-        return ResourceChange(
-            **common, action=_replace_action(wanted), before=current.spec, after=diff.after,
-            changed_paths=diff.changed, reason="requested with --replace",
-            action_reason="replace_by_request",
-        )  # fmt: skip
+        return Decision(
+            replace, diff.after, "requested with --replace", "replace_by_request", diff.changed
+        )
     if current.tainted:
-        return ResourceChange(
-            **common, action=_replace_action(wanted), before=current.spec, after=diff.after,
-            changed_paths=diff.changed, reason="tainted (a previous apply failed midway)",
-            action_reason="replace_because_tainted",
-        )  # fmt: skip
+        reason = "tainted (a previous apply failed midway)"
+        if never_created(current):
+            reason = "tainted (its create did not complete: nothing was created to destroy)"
+        return Decision(replace, diff.after, reason, "replace_because_tainted", diff.changed)
+    crash = inputs.crashed.get(address)
+    if crash is not None:
+        return Decision(replace, diff.after, f"drift: {crash.reason}", None, diff.changed)
     if diff.forces_replacement:
-        return ResourceChange(
-            **common, action=_replace_action(wanted), before=current.spec, after=diff.after,
-            changed_paths=diff.changed, replace_paths=diff.forces_replacement,
-            reason="forces replacement: " + ", ".join(diff.forces_replacement),
-            action_reason="replace_because_cannot_update",
-        )  # fmt: skip
+        return Decision(
+            replace,
+            diff.after,
+            "forces replacement: " + ", ".join(diff.forces_replacement),
+            "replace_because_cannot_update",
+            diff.changed,
+            diff.forces_replacement,
+        )
     if DEPOSED_KEY in current.attributes:
-        return ResourceChange(
-            **common, action=Action.UPDATE, before=current.spec, after=diff.after,
-            changed_paths=diff.changed,
-            reason="an object left by a failed replacement (deposed) will be destroyed",
-        )  # fmt: skip
+        reason = "an object left by a failed replacement (deposed) will be destroyed"
+        return Decision(Action.UPDATE, diff.after, reason, None, diff.changed)
     if diff.changed:
-        return ResourceChange(
-            **common, action=Action.UPDATE, before=current.spec, after=diff.after,
-            changed_paths=diff.changed, reason="update in place: " + ", ".join(diff.changed),
-        )  # fmt: skip
-    return ResourceChange(**common, action=Action.NOOP, before=current.spec, after=diff.after)
+        reason = "update in place: " + ", ".join(diff.changed)
+        return Decision(Action.UPDATE, diff.after, reason, None, diff.changed)
+    return Decision(Action.NOOP, diff.after)
+
+
+def never_created(entry: ResourceState) -> bool:
+    """An intent entry whose create never completed, holding no older (deposed) object: state
+    records nothing that exists, so removing or replacing it destroys nothing."""
+    return entry.tainted and entry.status == CREATING and DEPOSED_KEY not in entry.attributes
 
 
 def _replace_action(wanted: DesiredItem) -> Action:
@@ -177,11 +236,43 @@ def _replace_action(wanted: DesiredItem) -> Action:
     return Action.DELETE_THEN_CREATE
 
 
-def _check_prevent_destroy(changes: list[ResourceChange], options: PlanOptions) -> None:
+def _applies(action: Action) -> bool:
+    """The action calls the handler to create or update an object."""
+    return action in (Action.CREATE, Action.UPDATE) or action.is_replace
+
+
+def _check_supported(
+    changes: list[ResourceChange], unsupported: Mapping[tuple[str, str], str]
+) -> None:
+    """Refuse, all at once, the changes apply could not make: those whose provider cannot
+    create or update their kind, and those that depend on one of them."""
+    refused: dict[str, str] = {}
+    for change in changes:  # in dependency order: a dependency is judged before its dependents
+        if not _applies(change.action):
+            continue
+        blocker = next((d for d in change.depends_on if d in refused), None)
+        reason = unsupported.get((change.kind, change.provider))
+        if blocker is not None:
+            refused[change.address] = f"depends on {blocker}, which cannot be applied"
+        elif reason is not None:
+            refused[change.address] = reason
+    if refused:
+        count = len(refused)
+        lines = "\n".join(f"  {address}: {reason}" for address, reason in refused.items())
+        raise PlanError(
+            f"{count} resource{'s' if count > 1 else ''} cannot be applied by this version "
+            f"of dstack-plan:\n{lines}\n"
+            "Remove them from the configuration to plan the rest."
+        )
+
+
+def _check_prevent_destroy(changes: list[ResourceChange], inputs: PlanInputs) -> None:
     blocked = []
     for change in changes:
         deletes = change.action is Action.DELETE or change.action.is_replace
-        if not deletes or change.address in options.allow_destroy_protected:
+        if not deletes or change.address in inputs.options.allow_destroy_protected:
+            continue
+        if not _destroys_something(change.address, inputs):
             continue
         # the configuration decides while it exists; state remembers it once it is gone
         spec = change.after if change.after is not None else change.before
@@ -195,6 +286,16 @@ def _check_prevent_destroy(changes: list[ResourceChange], options: PlanOptions) 
             "set `lifecycle: {prevent_destroy: false}` in the configuration, or pass "
             "--allow-destroy ADDRESS to confirm"
         )
+
+
+def _destroys_something(address: str, inputs: PlanInputs) -> bool:
+    """Whether deleting `address` would destroy an object that exists and works: not a create
+    that never completed, nor a crashed run with no job left running."""
+    current = inputs.state.get(address)
+    if current is None or never_created(current):
+        return False
+    crash = inputs.crashed.get(address)
+    return crash is None or crash.active
 
 
 def _cost(changes: list[ResourceChange], state: State) -> Cost:

@@ -54,7 +54,13 @@ def test_an_unknown_format_or_level_is_refused_with_the_choices() -> None:
         configure("loud", "text")
 
 
-def test_the_cli_logs_json_lines_to_stderr(tmp_path: Path) -> None:
+def test_the_cli_logs_json_lines_to_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dstack_plan.project import Project
+
+    # a volume needs no agent to plan; pretend its provider could create it (none can yet)
+    monkeypatch.setattr(Project, "unsupported", lambda self, items: {})
     volume = "type: volume\nname: data\nbackend: aws\nregion: x\nsize: 10GB\n"
     (tmp_path / "v.dstack.yml").write_text(volume)
     args = ["--log-level", "debug", "--log-format", "json", "plan", str(tmp_path)]

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dstack_plan.apply.deployment import Deployment
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
-from dstack_plan.apply.jobs import deployment_key
+from dstack_plan.apply.host_load import busy_jobs
+from dstack_plan.apply.placing import HostRun, place_on_host
 from dstack_plan.apply.records import for_handler
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
@@ -24,12 +26,14 @@ from dstack_plan.config.loader import load_project, start_loading
 from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
+from dstack_plan.errors import PlanError
 from dstack_plan.gcpause import gc_paused
 from dstack_plan.graph.references import dependencies
-from dstack_plan.plan.model import DEPOSED_KEY, Action, Placement, Plan
+from dstack_plan.plan.diff import diff_specs
+from dstack_plan.plan.model import DEPOSED_KEY, Action, Crash, Placement, Plan
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
 from dstack_plan.providers.local import LOCAL_FLEET, LocalProvider
-from dstack_plan.scheduler.placement import Candidate, place
+from dstack_plan.scheduler.placement import Candidate
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
 from dstack_plan.state.lock import hold_lock
@@ -50,11 +54,12 @@ normalising, and handing back from another core) a byte of YAML configuration do
 
 @dataclass
 class Refresh:
-    """State as it really is: statuses from agents and what vanished (drift)."""
+    """State as it really is: statuses from agents, what vanished and what crashed (drift)."""
 
     snapshot: StateSnapshot
     state: State
     drift: dict[str, str] = field(default_factory=dict)
+    crashed: dict[str, Crash] = field(default_factory=dict)
 
 
 class Project:
@@ -82,7 +87,7 @@ class Project:
         self.backend: StateBackend = LocalBackend(path, secret_guard=self.guard)
         self.secrets = SecretStore(self.directory, on_resolve=self.guard.register)
         self.local = LocalProvider(agent_dir)
-        self.deployment = deployment_key(self.backend.location)
+        self.deployment = Deployment(self.backend)  # keyed by lineage, read when needed
         self._progress = progress or (lambda address, message: None)
         self._desired: Desired | None = None
 
@@ -127,6 +132,17 @@ class Project:
             "gateway": unsupported,
         }
 
+    def unsupported(self, items: list[DesiredItem]) -> dict[tuple[str, str], str]:
+        """(kind, provider) -> why apply cannot create or update such a resource, for the
+        pairs `items` hold, as the handlers answer (the plan refuses them)."""
+        handlers = self.handlers()
+        answers: dict[tuple[str, str], str | None] = {}
+        for item in items:
+            key = (item.kind, item.provider)
+            if key not in answers:
+                answers[key] = handlers[item.kind].cannot_create(*key)
+        return {key: reason for key, reason in answers.items() if reason is not None}
+
     def context(self) -> ApplyContext:
         return ApplyContext(
             project_dir=str(self.directory),
@@ -155,6 +171,7 @@ class Project:
         for handler, currents in batches.values():
             found.update(await handler.refresh_many(currents, ctx))
         drift: dict[str, str] = {}
+        crashed: dict[str, Crash] = {}
         changed: dict[str, ResourceState] = {}
         for address, current in snapshot.state.resources.items():
             if address not in found:  # tainted: the plan replaces it whatever exists
@@ -162,6 +179,8 @@ class Project:
             refreshed = found[address]
             if refreshed.gone:
                 drift[address] = refreshed.gone
+            if refreshed.crashed is not None:
+                crashed[address] = refreshed.crashed
             attributes = dict(refreshed.attributes)
             if DEPOSED_KEY in current.attributes:
                 attributes[DEPOSED_KEY] = current.attributes[DEPOSED_KEY]
@@ -173,7 +192,7 @@ class Project:
         state = snapshot.state
         if changed:
             state = state.model_copy(update={"resources": {**state.resources, **changed}})
-        return Refresh(snapshot, state, drift)
+        return Refresh(snapshot, state, drift, crashed)
 
     async def plan(self, options: PlanOptions | None = None) -> tuple[Plan, Refresh]:
         options = options or PlanOptions()
@@ -184,7 +203,7 @@ class Project:
             snapshot = self._read_state_while_loading(load=not options.destroy)
             items = [] if options.destroy else self.desired_items()
             refresh = await self.refresh(snapshot)
-            placements = {} if options.destroy else await self.placements(items)
+            placements = {} if options.destroy else await self.placements(items, refresh, options)
             plan = make_plan(
                 PlanInputs(
                     desired=items,
@@ -193,6 +212,8 @@ class Project:
                     drift=refresh.drift,
                     placements=placements,
                     options=options,
+                    crashed=refresh.crashed,
+                    unsupported=self.unsupported(items),
                 )
             )
         return plan, refresh
@@ -226,16 +247,28 @@ class Project:
         except OSError:
             return 0
 
-    async def placements(self, items: list[DesiredItem]) -> dict[str, Placement]:
-        """Where each run would go, by the same rules apply uses."""
+    async def placements(
+        self,
+        items: list[DesiredItem],
+        refresh: Refresh | None = None,
+        options: PlanOptions | None = None,
+    ) -> dict[str, Placement]:
+        """Where each run would go, by the same rules apply uses.
+
+        A run that fits but not now (what runs on the host holds the GPUs or ports it needs)
+        is pending, its note saying what it waits for. A run the plan would start that no
+        machine could ever take is a PlanError naming, per candidate, why: one error for all
+        such runs. `refresh` and `options` tell which runs the plan starts (without them,
+        every run counts as a create).
+        """
         desired = self.load()
         runs = [r for r in desired if r.kind in RUN_KINDS]
         if not runs:
             return {}
         result: dict[str, Placement] = {}
-        local_candidates: list[Candidate] | None = None
         fleets = {r.name: r for r in desired.of_kind("fleet")}
-        providers = {item.address: item.provider for item in items}
+        by_address = {item.address: item for item in items}
+        local: list[HostRun] = []
         for resource in runs:
             spec = resource.spec
             assert isinstance(spec, RunSpec)
@@ -243,26 +276,21 @@ class Project:
             if fleet != LOCAL_FLEET:
                 result[resource.address] = Placement(
                     fleet=fleet,
-                    provider=providers[resource.address],
+                    provider=by_address[resource.address].provider,
                     note="machines known after apply",
                 )
                 continue
-            if local_candidates is None:
-                instance, free = await self.local.local_instance()
-                local_candidates = [
-                    Candidate(LOCAL_FLEET, "local", instance.hostname, instance.resources, free)
-                ]
-            jobs = _job_count(spec)
-            decision = place(spec.resources, jobs, local_candidates, distinct=_multinode(spec))
-            hosts = tuple(c.host for c in decision.hosts)
-            result[resource.address] = Placement(
-                fleet=LOCAL_FLEET,
-                provider="local",
-                hosts=hosts,
-                price_per_hour=decision.price_per_hour,
-                placed=decision.placed,
-                note=None if decision.placed else f"cannot be placed: {decision.reason}",
-            )
+            starts = _starts(by_address.get(resource.address), refresh, options)
+            local.append(HostRun(resource.address, resource.name, spec, starts))
+        if local:
+            instance, _ = await self.local.local_instance()
+            listed = await (await self.local.agent()).list_jobs()
+            deployment = str(self.deployment)
+            host = Candidate(LOCAL_FLEET, "local", instance.hostname, instance.resources)
+            placed = place_on_host(local, host, busy_jobs(listed, deployment), deployment)
+            if placed.never:
+                raise PlanError("\n".join(placed.never))
+            result.update(placed.placements)
         return result
 
     # -- apply ---------------------------------------------------------------------------
@@ -334,13 +362,21 @@ def _secrets(resource: Resource, spec: dict[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(referenced_secrets(spec)))
 
 
-def _job_count(spec: RunSpec) -> int:
-    from dstack_plan.apply.jobs import slots
-
-    return max(len(slots(spec)), 1)
-
-
-def _multinode(spec: RunSpec) -> bool:
-    from dstack_plan.config.runs import TaskSpec
-
-    return isinstance(spec, TaskSpec) and spec.node_count() > 1
+def _starts(
+    item: DesiredItem | None, refresh: Refresh | None, options: PlanOptions | None
+) -> bool:
+    """Whether the plan starts the run (creates, replaces or scales it), as far as placement
+    needs to know: a run it keeps as it is claims nothing new, so it is never refused."""
+    if item is None:
+        return False
+    options = options or PlanOptions()
+    if options.targets and item.address not in options.targets:
+        return False
+    if refresh is None or item.address in options.replace:
+        return True
+    current = refresh.state.resources.get(item.address)
+    if current is None or current.tainted:
+        return True
+    if item.address in refresh.drift or item.address in refresh.crashed:
+        return True
+    return bool(diff_specs(item.kind, current.spec, item.spec).changed)

@@ -4,51 +4,51 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from dstack_plan.agent.api_models import JobInfo, JobStatus
 from dstack_plan.agent.client import AgentClient
+from dstack_plan.apply.deployment import Deployment
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
-from dstack_plan.apply.jobs import JobContext, JobSlot, build_job, slots
+from dstack_plan.apply.job_ownership import jobs_to_remove
+from dstack_plan.apply.jobs import JobContext, JobSlot, build_job, run_kind, slots
+from dstack_plan.apply.run_health import crash, run_status
+from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.config.runs import RunSpec, ServiceSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import AgentError, ProviderError
+from dstack_plan.plan.kinds import FINISHED_STATUSES
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET, LocalProvider
 from dstack_plan.state.model import ResourceState
 
-_ACTIVE = (JobStatus.RUNNING, JobStatus.PULLING)
 MAX_CONCURRENT_STOPS = 16
 STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
-
-
-def run_status(jobs: list[JobInfo]) -> str:
-    """A run's status from its jobs' (dstack's derivation, simplified for one host)."""
-    statuses = {j.status for j in jobs}
-    if not jobs:
-        return "terminated"
-    if statuses & set(_ACTIVE):
-        return "running"
-    if JobStatus.SUBMITTED in statuses:
-        return "submitted"
-    if JobStatus.TERMINATING in statuses:
-        return "terminating"
-    if JobStatus.FAILED in statuses:
-        return "failed"
-    if statuses == {JobStatus.DONE}:
-        return "done"
-    return "terminated"
+PORTS_WAIT = 10.0
+"""Seconds apply waits for a started container to say which host ports Docker gave it."""
 
 
 class RunHandler(ResourceHandler):
     """Create, scale, refresh and stop runs on the built-in local fleet."""
 
-    def __init__(self, local: LocalProvider, secrets: SecretStore, deployment: str):
+    def __init__(
+        self, local: LocalProvider, secrets: SecretStore, deployment: str | Deployment
+    ) -> None:
         self.local = local
         self.secrets = secrets
-        self.deployment = deployment
+        self._deployment = deployment
+
+    @property
+    def deployment(self) -> str:
+        """The key of the state this handler's jobs belong to (see `apply.deployment`)."""
+        return str(self._deployment)
+
+    def cannot_create(self, kind: str, provider: str) -> str | None:
+        if provider == LocalProvider.name:
+            return None
+        # agent_for reaches only the local fleet's agent so far
+        return f"the {provider} provider cannot run {kind}s in this version (only the local fleet)"
 
     async def agent_for(self, fleet: str, address: str) -> AgentClient:
         """The agent client of the fleet a run is on (only the local fleet has one so far)."""
@@ -68,16 +68,15 @@ class RunHandler(ResourceHandler):
             raise ProviderError(fleet, change.placement.note or "cannot be placed")
         agent = await self.agent_for(fleet, change.address)
         generation = int(ctx.clock.now() * 1000)
-        attributes: dict[str, Any] = {
-            "fleet": fleet,
-            "generation": generation,
-            "deployment": self.deployment,
-            "price_per_hour": change.placement.price_per_hour if change.placement else 0.0,
-            "jobs": [],
-        }
         jobs = await self._submit(agent, spec, change.name, slots(spec), generation, ctx)
-        attributes["jobs"] = [_job_record(j, slot) for j, slot in jobs]
-        return Outcome(status=run_status([j for j, _ in jobs]), attributes=attributes)
+        record = RunRecord(
+            fleet=fleet,
+            generation=generation,
+            deployment=self.deployment,
+            price_per_hour=change.placement.price_per_hour if change.placement else 0.0,
+            jobs=tuple(JobRecord.of_job(j, slot.replica, slot.node) for j, slot in jobs),
+        )
+        return Outcome(status=run_status([j for j, _ in jobs]), attributes=record.to_json())
 
     async def update(
         self, change: ResourceChange, current: ResourceState, ctx: ApplyContext
@@ -85,34 +84,30 @@ class RunHandler(ResourceHandler):
         assert change.after is not None
         spec = spec_from_normalized(change.kind, change.after)
         assert isinstance(spec, RunSpec)
-        attributes = dict(current.attributes)
         if not isinstance(spec, ServiceSpec):
-            return Outcome(status=current.status, attributes=attributes)
+            return Outcome(status=current.status, attributes=dict(current.attributes))
         # scale a service: add missing replicas, stop the surplus
-        agent = await self.agent_for(fleet_of(current), change.address)
-        records = list(attributes.get("jobs", []))
-        wanted = slots(spec)
-        have = {(r["replica"], r["node"]) for r in records}
-        missing = [s for s in wanted if (s.replica, s.node) not in have]
-        surplus = [
-            r
-            for r in records
-            if (r["replica"], r["node"]) not in {(s.replica, s.node) for s in wanted}
-        ]
-        generation = int(attributes.get("generation", 0))
+        record = RunRecord.of(current)
+        agent = await self.agent_for(record.fleet, change.address)
+        wanted = {(s.replica, s.node) for s in slots(spec)}
+        have = {r.slot for r in record.jobs}
+        missing = [s for s in slots(spec) if (s.replica, s.node) not in have]
+        kept = [r for r in record.jobs if r.slot in wanted]
+        surplus = [r.id for r in record.jobs if r.slot not in wanted]
+        generation = record.generation or 0
         added = await self._submit(agent, spec, change.name, missing, generation, ctx)
-        await self._stop_and_remove(agent, [r["id"] for r in surplus], spec)
-        kept = [r for r in records if r not in surplus]
-        attributes["jobs"] = kept + [_job_record(j, slot) for j, slot in added]
-        infos = await _infos(agent, [r["id"] for r in attributes["jobs"]])
+        await self._stop_and_remove(agent, surplus, spec)
+        jobs = kept + [JobRecord.of_job(j, slot.replica, slot.node) for j, slot in added]
+        infos = await _infos(agent, [r.id for r in jobs])
+        attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
         return Outcome(status=run_status(list(infos.values())), attributes=attributes)
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
-        records = list(current.attributes.get("jobs", []))
-        if not records:
+        record = RunRecord.of(current)
+        if not record.jobs:
             return Refreshed(current.status, dict(current.attributes))
-        agent = await self.agent_for(fleet_of(current), current.address)
-        return _refreshed(current, await _infos(agent, [r["id"] for r in records]))
+        agent = await self.agent_for(record.fleet, current.address)
+        return _refreshed(current, record, await _infos(agent, record.job_ids()))
 
     async def refresh_many(
         self, currents: Sequence[ResourceState], ctx: ApplyContext
@@ -121,15 +116,15 @@ class RunHandler(ResourceHandler):
         listings: dict[str, dict[str, JobInfo]] = {}
         found: dict[str, Refreshed] = {}
         for current in currents:
-            if not current.attributes.get("jobs"):
+            record = RunRecord.of(current)
+            if not record.jobs:
                 found[current.address] = Refreshed(current.status, dict(current.attributes))
                 continue
-            fleet = fleet_of(current)
-            jobs = listings.get(fleet)
+            jobs = listings.get(record.fleet)
             if jobs is None:
-                agent = await self.agent_for(fleet, current.address)
-                jobs = listings[fleet] = {j.id: j for j in await agent.list_jobs()}
-            found[current.address] = _refreshed(current, jobs)
+                agent = await self.agent_for(record.fleet, current.address)
+                jobs = listings[record.fleet] = {j.id: j for j in await agent.list_jobs()}
+            found[current.address] = _refreshed(current, record, jobs)
         return found
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
@@ -137,7 +132,7 @@ class RunHandler(ResourceHandler):
         spec = spec_from_normalized(current.kind, current.spec)
         assert isinstance(spec, RunSpec)
         listed = await agent.list_jobs(run_name=current.name)
-        removed = _jobs_to_remove(current, listed, self.deployment, ctx.replacement)
+        removed = jobs_to_remove(current, listed, self.deployment, ctx.replacement)
         await self._stop_and_remove(agent, sorted(removed), spec)
 
     async def _submit(
@@ -162,13 +157,12 @@ class RunHandler(ResourceHandler):
         submitted = []
         for slot in wanted:
             job = build_job(spec, slot, context, self.secrets, ctx.run_args)
-            ctx.progress(f"{spec.type}.{run_name}", f"submitting job {job.id}")
+            ctx.progress(f"{run_kind(spec)}.{run_name}", f"submitting job {job.id}")
             submitted.append((await agent.submit(job), slot))
-        return submitted
+        return await _with_host_ports(agent, submitted, ctx)
 
     async def _stop_and_remove(self, agent: AgentClient, ids: list[str], spec: RunSpec) -> None:
-        timeout = float(spec.stop_duration) if spec.stop_duration != "off" else 0.0
-
+        timeout = stop_seconds(spec)
         limit = asyncio.Semaphore(MAX_CONCURRENT_STOPS)
 
         async def one(job_id: str) -> None:
@@ -187,76 +181,64 @@ class RunHandler(ResourceHandler):
         await asyncio.gather(*(one(i) for i in ids))
 
 
+def stop_seconds(spec: RunSpec) -> float:
+    """Seconds between SIGTERM and SIGKILL: the run's `stop_duration` (0 when off)."""
+    duration = spec.stop_duration
+    return 0.0 if duration == "off" or duration is None else float(duration)
+
+
 def fleet_of(run: ResourceState) -> str:
     """The fleet a run in state is on, as its create recorded it (`local` before fleets)."""
-    return str(run.attributes.get("fleet", LOCAL_FLEET))
+    return RunRecord.of(run).fleet
 
 
-def _refreshed(current: ResourceState, known: Mapping[str, JobInfo]) -> Refreshed:
+def _refreshed(
+    current: ResourceState, record: RunRecord, known: Mapping[str, JobInfo]
+) -> Refreshed:
     """A run's refreshed status and job records, from the jobs its agent knows (by id)."""
-    attributes = dict(current.attributes)
-    records = list(attributes.get("jobs", []))
-    infos = {r["id"]: known[r["id"]] for r in records if r["id"] in known}
-    attributes["jobs"] = [
-        {**r, "status": infos[r["id"]].status.value} if r["id"] in infos else r for r in records
-    ]
-    finished = current.status in ("done", "failed", "terminated", "aborted")
-    if not infos:
-        if finished:
+    found = [(r, known[r.id]) for r in record.jobs if r.id in known]
+    if not found:
+        attributes = dict(current.attributes)
+        if current.status in FINISHED_STATUSES:
             return Refreshed(current.status, attributes)
         return Refreshed(current.status, attributes, gone="jobs are gone from the agent")
-    return Refreshed(run_status(list(infos.values())), attributes)
+    infos = {r.id: info for r, info in found}
+    jobs = [r.refreshed(infos[r.id]) if r.id in infos else r for r in record.jobs]
+    attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
+    status = run_status([info for _, info in found])
+    return Refreshed(status, attributes, crashed=crash(current.kind, current.name, found))
 
 
-def _jobs_to_remove(
-    current: ResourceState,
-    listed: Sequence[JobInfo],
-    deployment: str,
-    replacement: ResourceState | None,
-) -> set[str]:
-    """The jobs a delete of run `current` removes: those it recorded, and those a create cut
-    short submitted without recording them, found among the agent's `listed` jobs of the run
-    by their labels (this deployment; `current`'s generation when it is known).
+async def _with_host_ports(
+    agent: AgentClient, jobs: list[tuple[JobInfo, JobSlot]], ctx: ApplyContext
+) -> list[tuple[JobInfo, JobSlot]]:
+    """The jobs as their agent knows them once it has said where their ports listen.
 
-    Never the jobs of `replacement`, the object that replaced `current` at its address
-    (create-before-destroy): the run's jobs share its name, and the new ones must live on.
-    """
-    spared = _job_ids(replacement) if replacement is not None else set()
-    spared_generation = _generation(replacement) if replacement is not None else None
-    generation = _generation(current)
-    ids = _job_ids(current)
-    for job in listed:
-        labels = job.spec.get("labels", {}) if isinstance(job.spec, dict) else {}
-        if labels.get("deployment") != deployment:
-            continue
-        label = labels.get("generation")  # None: submitted before jobs carried it
-        if label is not None and (
-            label == spared_generation or (generation is not None and label != generation)
-        ):
-            continue
-        ids.add(job.id)
-    return ids - spared
+    Docker chooses a bridged container's host ports when it starts it, a moment after the
+    submit: wait that moment (never through an image pull, at most PORTS_WAIT seconds), so
+    state records where each replica listens."""
+    deadline = ctx.clock.now() + PORTS_WAIT
+    out = []
+    for info, slot in jobs:
+        while _ports_unknown(info) and ctx.clock.now() < deadline:
+            await ctx.clock.sleep(0.1)
+            try:
+                info = await agent.get_job(info.id)
+            except AgentError as e:
+                if e.status != 404:
+                    raise
+                break
+        out.append((info, slot))
+    return out
 
 
-def _generation(run: ResourceState) -> str | None:
-    value = run.attributes.get("generation")
-    return None if value is None else str(value)
-
-
-def _job_ids(run: ResourceState) -> set[str]:
-    records = run.attributes.get("jobs", [])
-    return {str(r["id"]) for r in records if isinstance(r, dict) and "id" in r}
-
-
-def _job_record(job: JobInfo, slot: JobSlot) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "host": "localhost",
-        "replica": slot.replica,
-        "node": slot.node,
-        "status": job.status.value,
-        "runtime": job.runtime,
-    }
+def _ports_unknown(info: JobInfo) -> bool:
+    declared = info.spec.get("ports") if isinstance(info.spec, dict) else None
+    if not declared:
+        return False
+    if info.status in (JobStatus.PULLING,) or info.finished:
+        return False
+    return info.status is JobStatus.SUBMITTED or any(p.host_port is None for p in info.ports)
 
 
 async def _infos(agent: AgentClient, ids: list[str]) -> dict[str, JobInfo]:

@@ -20,14 +20,23 @@ def state_edges(state: State) -> dict[str, tuple[str, ...]]:
     }
 
 
-def project_dot(project: Project) -> str:
-    """DOT of the declared resources' dependencies; when nothing is declared (the
-    configuration is gone), of the edges recorded in state, which destroy follows."""
+def project_edges(project: Project) -> dict[str, tuple[str, ...]]:
+    """address -> dependencies of the declared resources; when nothing is declared (the
+    configuration is gone), as recorded in state, which destroy follows."""
     from dstack_plan.graph.references import dependencies
 
     desired = project.load()
     if len(desired):
-        edges = dependencies(desired, project.directory)
-    else:
-        edges = state_edges(project.backend.read().state)
-    return dag.to_dot(dag.build(edges))
+        return dict(dependencies(desired, project.directory))
+    return state_edges(project.backend.read().state)
+
+
+def project_dot(project: Project) -> str:
+    """DOT of `project_edges`."""
+    return dag.to_dot(dag.build(project_edges(project)))
+
+
+def project_graph_json(project: Project) -> list[dict[str, object]]:
+    """`project_edges` as `[{address, depends_on: [...]}]`, by address."""
+    edges = project_edges(project)
+    return [{"address": a, "depends_on": sorted(edges[a])} for a in sorted(edges)]

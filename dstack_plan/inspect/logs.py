@@ -9,8 +9,9 @@ written before T. Nothing written after T is ever left out.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
+from dstack_plan.apply.run_records import JobRecord
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.inspect.runs import agent_for, find_run, fleet_of, job_records
 from dstack_plan.state.model import ResourceState
@@ -41,13 +42,13 @@ def parse_since(text: str, now: float) -> float:
     return moment.timestamp()
 
 
-def select_job(run: ResourceState, replica: int = 0, job: int = 0) -> dict[str, Any]:
+def select_job(run: ResourceState, replica: int = 0, job: int = 0) -> JobRecord:
     """The job record of `run` for replica `replica` and job (node) number `job`."""
     records = job_records(run)
     for record in records:
-        if int(record.get("replica", 0)) == replica and int(record.get("node", 0)) == job:
+        if record.slot == (replica, job):
             return record
-    have = ", ".join(f"replica={r.get('replica')} job={r.get('node')}" for r in records)
+    have = ", ".join(f"replica={r.replica} job={r.node}" for r in records)
     raise DstackPlanError(
         f"{run.address} has no job replica={replica} job={job} (it has: {have or 'no jobs'})"
     )
@@ -74,7 +75,7 @@ async def write_logs(
     """
     run = find_run(project.backend.read().state, ref)
     record = select_job(run, replica, job)
-    job_id = str(record["id"])
+    job_id = record.id
     agent = await agent_for(project, fleet_of(run), run.address)
     try:
         info = await agent.get_job(job_id)

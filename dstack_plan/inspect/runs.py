@@ -8,10 +8,12 @@ output of `dstack ps --json`.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from dstack_plan.agent.api_models import PublishedPort
+from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.apply.runs import fleet_of
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
@@ -44,6 +46,8 @@ class JobView(BaseModel):
     host: str
     gpus: list[int] = []
     """GPU indices the agent allocated on its host."""
+    ports: list[PublishedPort] = []
+    """Where the job's ports listen on its host (`127.0.0.1:49153 -> 8799`)."""
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
@@ -111,11 +115,9 @@ async def agent_for(project: Project, fleet: str, address: str) -> AgentClient:
     return await handler.agent_for(fleet, address)
 
 
-def job_records(run: ResourceState) -> list[dict[str, Any]]:
+def job_records(run: ResourceState) -> list[JobRecord]:
     """The jobs recorded in a run's state attributes, in (replica, node) order."""
-    records = run.attributes.get("jobs", [])
-    jobs = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
-    return sorted(jobs, key=lambda r: (int(r.get("replica", 0)), int(r.get("node", 0))))
+    return sorted(RunRecord.of(run).jobs, key=lambda r: r.slot)
 
 
 async def list_runs(
@@ -179,7 +181,7 @@ def _view(
     if run.tainted:
         error = "tainted: its creation did not complete; the next apply replaces it"
     records = job_records(run.model_copy(update={"attributes": attributes}))
-    jobs = [_job_view(r, infos.get(str(r.get("id")))) for r in records]
+    jobs = [_job_view(r, infos.get(r.id)) for r in records]
     ends = [j.finished_at for j in jobs if j.finished_at is not None]
     return RunView(
         address=run.address,
@@ -189,7 +191,7 @@ def _view(
         fleet=fleet_of(run),
         hosts=sorted({j.host for j in jobs}),
         gpus=_gpu_request(run),
-        price_per_hour=float(attributes.get("price_per_hour") or 0.0),
+        price_per_hour=RunRecord.of(run).price_per_hour,
         created_at=run.created_at,
         finished_at=max(ends) if ends and status in FINISHED else None,
         error=error,
@@ -206,17 +208,18 @@ def _failure(jobs: list[JobView]) -> str | None:
     return None
 
 
-def _job_view(record: dict[str, Any], info: JobInfo | None) -> JobView:
+def _job_view(record: JobRecord, info: JobInfo | None) -> JobView:
     return JobView(
-        id=str(record.get("id")),
-        status=info.status.value if info else str(record.get("status", "unknown")),
+        id=record.id,
+        status=info.status.value if info else record.status,
         exit_code=info.exit_code if info else None,
         termination_reason=_reason(info),
         termination_message=info.termination_message if info else None,
-        replica=int(record.get("replica", 0)),
-        node=int(record.get("node", 0)),
-        host=str(record.get("host", "localhost")),
+        replica=record.replica,
+        node=record.node,
+        host=record.host,
         gpus=list(info.gpus) if info else [],
+        ports=list(info.ports) if info and info.ports else list(record.ports),
         started_at=_utc(info.started_at) if info else None,
         finished_at=_utc(info.finished_at) if info else None,
     )

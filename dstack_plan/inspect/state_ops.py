@@ -17,6 +17,22 @@ def _unknown(address: str, state: State, location: str) -> StateError:
     return StateError(f"no resource {address!r} in the state at {location} (known: {known})")
 
 
+def list_resources(backend: StateBackend) -> list[dict[str, Any]]:
+    """Every resource in state, by address: {address, kind, name, provider, status, tainted}."""
+    resources = backend.read().state.resources
+    return [
+        {
+            "address": address,
+            "kind": resources[address].kind,
+            "name": resources[address].name,
+            "provider": resources[address].provider,
+            "status": resources[address].status,
+            "tainted": resources[address].tainted,
+        }
+        for address in sorted(resources)
+    ]
+
+
 def show_resource(backend: StateBackend, address: str) -> dict[str, Any]:
     """The state entry at `address` as JSON data (state never holds secret values)."""
     state = backend.read().state

@@ -41,12 +41,13 @@ class StopResult:
 
 def stop_timeout(run: ResourceState) -> float:
     """Seconds between SIGTERM and SIGKILL: the run's `stop_duration` (0 when off)."""
+    from dstack_plan.apply.runs import stop_seconds
     from dstack_plan.config.runs import RunSpec
     from dstack_plan.plan.normalize import spec_from_normalized
 
     spec = spec_from_normalized(run.kind, run.spec)
     assert isinstance(spec, RunSpec)
-    return float(spec.stop_duration) if spec.stop_duration != "off" else 0.0
+    return stop_seconds(spec)
 
 
 async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopResult:
@@ -64,10 +65,10 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
         async with limit:
             return await _stop_job(agent, job_id, timeout, abort)
 
-    ids = [str(r["id"]) for r in job_records(run)]
+    ids = [r.id for r in job_records(run)]
     # jobs of old objects a failed create-before-destroy left behind (deposed) are the run's
     # too: a stop that left them running would surprise
-    leftovers = [str(r["id"]) for old in deposed_of(run) for r in job_records(old)]
+    leftovers = [r.id for old in deposed_of(run) for r in job_records(old)]
     everything = ids + [i for i in leftovers if i not in ids]
     outcomes = dict(
         zip(everything, await asyncio.gather(*(one(i) for i in everything)), strict=True)
@@ -81,10 +82,10 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
         if current is None:  # destroyed or forgotten meanwhile: nothing left to record
             return state
         jobs = [
-            {**r, "status": statuses[r["id"]]} if r.get("id") in statuses else r
+            r._replace(status=statuses[r.id]) if r.id in statuses else r
             for r in job_records(current)
         ]
-        attributes = {**current.attributes, "jobs": jobs}
+        attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
         now = timestamp(project.clock)
         return state.with_resource(current.updated(now=now, status=status, attributes=attributes))
 

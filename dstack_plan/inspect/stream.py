@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from dstack_plan.inspect.runs import agent_for, fleet_of, job_records
 from dstack_plan.state.model import ResourceState
@@ -80,7 +80,7 @@ async def stream_runs(
     result = AttachResult()
     if not jobs:
         return result
-    width = max(len(str(r["id"])) for _, r in jobs)
+    width = max(len(r.id) for _, r in jobs)
     several = len(jobs) > 1
     limit = asyncio.Semaphore(_CONCURRENT_STREAMS)
 
@@ -97,10 +97,10 @@ async def stream_runs(
                 out.flush()
             result.finished[job_id] = await agent.get_job(job_id)
 
-    tasks = [asyncio.create_task(follow(run, str(r["id"]))) for run, r in jobs]
+    tasks = [asyncio.create_task(follow(run, r.id)) for run, r in jobs]
     waiter = asyncio.create_task(stop.wait()) if stop is not None else None
     try:
-        pending = set(tasks) | ({waiter} if waiter else set())
+        pending: set[asyncio.Task[Any]] = set(tasks) | ({waiter} if waiter else set())
         while any(not t.done() for t in tasks):
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:

@@ -209,6 +209,7 @@ def test_a_run_whose_agent_cannot_be_asked_keeps_its_last_status(
                 "node": n,
                 "host": "10.0.0.1",
                 "gpus": [],
+                "ports": [],
                 "started_at": None,
                 "finished_at": None,
             }
@@ -232,7 +233,9 @@ def test_ps_json_and_table(tmp_path: Path, specs: dict[str, dict[str, Any]]) -> 
 
     result = runner.invoke(app, ["ps", str(tmp_path), "--state", state], env={"NO_COLOR": "1"})
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "STATUS", "FLEET", "HOSTS", "GPU", "PRICE", "AGE"]
+    assert lines[0].split() == [
+        "NAME", "STATUS", "FLEET", "HOSTS", "PORTS", "GPU", "PRICE", "AGE"
+    ]  # fmt: skip
     assert lines[1].split()[:6] == [
         "task.train",
         "running*",
@@ -280,7 +283,7 @@ def test_stop_refuses_without_confirmation_when_not_interactive(
 def test_select_job_and_its_errors(specs: dict[str, dict[str, Any]]) -> None:
     jobs = [job("a", replica=0), job("b", replica=1)]
     run = entry("service.train", specs["service.train"], status="running", jobs=jobs)
-    assert select_job(run, replica=1)["id"] == "b"
+    assert select_job(run, replica=1).id == "b"
     with pytest.raises(DstackPlanError) as error:
         select_job(run, replica=0, job=1)
     assert str(error.value) == (

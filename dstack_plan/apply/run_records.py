@@ -1,0 +1,141 @@
+"""What a run's state entry records: the one place that writes and reads those attributes.
+
+`RunHandler.create` and `update` write a `RunRecord`; refresh, delete and the read side
+(`ps`, `logs`, `stop`) read it back with `RunRecord.of`. State holds it as plain JSON, so a
+record written by an older version (fields missing) or edited by hand (fields of the wrong
+type) reads as far as it can: a job without an id is dropped, other odd fields take their
+defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from dstack_plan.agent.api_models import JobInfo, PublishedPort
+from dstack_plan.providers.local import LOCAL_FLEET
+from dstack_plan.state.model import ResourceState
+
+
+class JobRecord(NamedTuple):
+    """One job of a run, as state remembers it (the agent is asked for the rest)."""
+
+    id: str
+    replica: int = 0
+    node: int = 0
+    status: str = "unknown"
+    """The job's status when the record was last refreshed."""
+    host: str = "localhost"
+    runtime: str | None = None
+    ports: tuple[PublishedPort, ...] = ()
+    """Where the job's ports listen on its host, once the agent said so."""
+
+    @property
+    def slot(self) -> tuple[int, int]:
+        return (self.replica, self.node)
+
+    @classmethod
+    def of_job(cls, info: JobInfo, replica: int, node: int) -> JobRecord:
+        return cls(
+            id=info.id,
+            replica=replica,
+            node=node,
+            status=info.status.value,
+            runtime=info.runtime,
+            ports=tuple(info.ports),
+        )
+
+    def refreshed(self, info: JobInfo) -> JobRecord:
+        """This record with what the agent says now (status, and ports once known)."""
+        ports = tuple(info.ports) if info.ports else self.ports
+        return self._replace(status=info.status.value, ports=ports)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "replica": self.replica,
+            "node": self.node,
+            "status": self.status,
+            "runtime": self.runtime,
+            "ports": [p.model_dump(mode="json") for p in self.ports],
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> JobRecord | None:
+        if not isinstance(raw, dict) or "id" not in raw:
+            return None
+        runtime = raw.get("runtime")
+        return cls(
+            id=str(raw["id"]),
+            replica=_int(raw.get("replica")),
+            node=_int(raw.get("node")),
+            status=str(raw.get("status", "unknown")),
+            host=str(raw.get("host", "localhost")),
+            runtime=None if runtime is None else str(runtime),
+            ports=_ports(raw.get("ports")),
+        )
+
+
+class RunRecord(NamedTuple):
+    """A run's attributes in state."""
+
+    fleet: str = LOCAL_FLEET
+    generation: int | None = None
+    """The generation its create gave its jobs (ms since the epoch); None for an intent entry
+    (a create that has not recorded anything yet)."""
+    deployment: str | None = None
+    """The deployment key its jobs carry (see `apply.deployment`)."""
+    price_per_hour: float = 0.0
+    jobs: tuple[JobRecord, ...] = ()
+
+    @classmethod
+    def of(cls, run: ResourceState) -> RunRecord:
+        attributes = run.attributes
+        jobs = attributes.get("jobs")
+        records = (
+            tuple(r for r in map(JobRecord.from_json, jobs) if r is not None)
+            if isinstance(jobs, list)
+            else ()
+        )
+        generation = attributes.get("generation")
+        deployment = attributes.get("deployment")
+        price = attributes.get("price_per_hour")
+        return cls(
+            fleet=str(attributes.get("fleet", LOCAL_FLEET)),
+            generation=generation if isinstance(generation, int) else None,
+            deployment=deployment if isinstance(deployment, str) else None,
+            price_per_hour=float(price) if isinstance(price, int | float) else 0.0,
+            jobs=records,
+        )
+
+    def with_jobs(self, jobs: Sequence[JobRecord]) -> RunRecord:
+        return self._replace(jobs=tuple(jobs))
+
+    def job_ids(self) -> list[str]:
+        return [j.id for j in self.jobs]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fleet": self.fleet,
+            "generation": self.generation,
+            "deployment": self.deployment,
+            "price_per_hour": self.price_per_hour,
+            "jobs": [j.to_json() for j in self.jobs],
+        }
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _ports(raw: object) -> tuple[PublishedPort, ...]:
+    if not isinstance(raw, list):
+        return ()
+    ports = []
+    for port in raw:
+        try:
+            ports.append(PublishedPort.model_validate(port))
+        except ValueError:
+            continue  # a hand-edited record: keep the others
+    return tuple(ports)

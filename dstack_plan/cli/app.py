@@ -16,12 +16,41 @@ from contextlib import contextmanager
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 try:  # typer 0.26+ vendors click
     from typer._click.exceptions import UsageError
 except ImportError:  # earlier versions depend on click itself
-    from click.exceptions import UsageError
+    from click.exceptions import UsageError  # type: ignore[no-redef]
+
+RUN_ARGS = "dstack_plan.run_args"
+"""`ctx.meta` key of the arguments given after `--` (see `_RunArgsCommand`)."""
+
+
+class _RunArgsCommand(TyperCommand):
+    """A command whose arguments after `--` are the run's (`${{ run.args }}`), kept in
+    `ctx.meta[RUN_ARGS]`; any other positional argument beyond its own is a usage error.
+
+    Without the `--`, `dstack apply foo bar` would quietly read `foo` as the project
+    directory and `bar` as a run argument: a guess, and often the wrong one.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        run_args: list[str] = []
+        if "--" in args:
+            cut = args.index("--")
+            args, run_args = args[:cut], args[cut + 1 :]
+        ctx.meta[RUN_ARGS] = run_args
+        rest = super().parse_args(ctx, args)
+        if ctx.args:
+            extra = " ".join(ctx.args)
+            raise UsageError(
+                f"unexpected argument {ctx.args[0]!r}: give one project directory; arguments "
+                f"for the run go after `--` (dstack {ctx.info_name} DIR -- {extra})",
+                ctx,
+            )
+        return rest
+
 
 # name -> (module in dstack_plan.cli, function, extra settings); in the order `--help` lists them
 _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -30,7 +59,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "apply": (
         "apply_cmd",
         "apply",
-        {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": False}},
+        {"cls": _RunArgsCommand, "context_settings": {"allow_extra_args": True}},
     ),
     "destroy": ("apply_cmd", "destroy", {}),
     "schema": ("schema_cmd", "schema", {}),
@@ -47,7 +76,27 @@ _GLOBAL_FLAGS = ("--debug", "--no-color")
 _GLOBAL_VALUE_OPTIONS = ("--log-level", "--log-format")
 
 
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("dstack-plan")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from dstack_plan import __version__ as number
+    sys.stdout.write(f"dstack-plan {number}\n")
+    raise typer.Exit()
+
+
 def _global(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the version and exit.",
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
     no_color: bool = typer.Option(False, "--no-color", help="Disable colours."),
     log_level: str = typer.Option(
@@ -107,7 +156,7 @@ def build_app(only: str | None = None) -> typer.Typer:
         cls=_Group,
         help="Terraform-style plan/apply for AI compute, speaking dstack's YAML.",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
     )

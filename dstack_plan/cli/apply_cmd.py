@@ -18,6 +18,7 @@ ParallelismOpt = typer.Option(10, "--parallelism", min=1, help="Resources change
 
 
 def apply(
+    ctx: typer.Context,
     target_path: Path = typer.Argument(
         Path("."), help="Project directory, or a plan saved with `dstack plan -out`."
     ),
@@ -31,16 +32,24 @@ def apply(
     parallelism: int = ParallelismOpt,
     lock_timeout: float = common.LockTimeoutOpt,
     attach: bool = typer.Option(
-        False, "--attach", help="Stream the logs of started runs until they finish."
+        False, "--attach", help="Stream the logs of the runs this apply starts until they end."
     ),
-    run_args: list[str] = typer.Argument(None, hidden=True),
 ) -> None:
-    """Create, update or replace what the configuration declares."""
+    """Create, update or replace what the configuration declares.
+
+    Arguments after `--` are the runs' `${{ run.args }}`: dstack apply . -- --lr 0.1
+    """
+    import shlex
+
+    from dstack_plan.cli.app import RUN_ARGS
     from dstack_plan.plan.planner import PlanOptions
 
     saved = target_path.is_file()
     directory = Path(".") if saved else target_path
-    project = common.make_project(directory, files, state, run_args=" ".join(run_args or []))
+    run_args = shlex.join(ctx.meta.get(RUN_ARGS, []))
+    project = common.make_project(directory, files, state, run_args=run_args)
+    if not saved:
+        common.require_configuration(project)
     options = PlanOptions(
         targets=tuple(target), replace=tuple(replace), allow_destroy_protected=tuple(allow_destroy)
     )
@@ -88,7 +97,9 @@ def destroy(
 
 def _run(project, options, **flow: Any) -> None:  # noqa: ANN001 - imported lazily
     """Run the apply flow; exit 1 unless everything succeeded."""
-    if not common.run_with(project, lambda p: _apply_flow(p, options, **flow)):
+    with common.no_leftover_state_dir(project):
+        ok = common.run_with(project, lambda p: _apply_flow(p, options, **flow))
+    if not ok:
         raise typer.Exit(1)
 
 
@@ -140,9 +151,21 @@ async def _apply_flow(
     if attach and report.ok:
         from dstack_plan.cli.attach import attach_runs
 
-        started = [c.address for c in plan.changes if c.kind != "fleet" and c.after is not None]
-        return await attach_runs(project, started) and report.ok
+        return await attach_runs(project, started_runs(plan)) and report.ok
     return report.ok
+
+
+def started_runs(plan) -> list[str]:  # noqa: ANN001 - Plan, imported lazily
+    """The runs `apply --attach` follows: those the plan creates, replaces or updates (an
+    unchanged dev environment never ends, and attaching to it would block for ever)."""
+    from dstack_plan.config.kinds import RUN_KINDS
+    from dstack_plan.plan.model import Action
+
+    return [
+        c.address
+        for c in plan.changes
+        if c.kind in RUN_KINDS and c.after is not None and c.action is not Action.NOOP
+    ]
 
 
 async def _confirm(destroy: bool) -> bool:

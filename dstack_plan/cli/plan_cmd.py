@@ -29,6 +29,8 @@ def plan(
     from dstack_plan.plan.planner import PlanOptions
 
     project = common.make_project(directory, files, state)
+    if not destroy:
+        common.require_configuration(project)
     options = PlanOptions(
         destroy=destroy,
         targets=tuple(target),

@@ -37,7 +37,10 @@ def ps(
 
     --json prints a list of {address, kind, name, status, fleet, hosts, gpus, price_per_hour,
     created_at, finished_at, error, failure, jobs: [{id, status, exit_code, termination_reason,
-    termination_message, replica, node, host, gpus, started_at, finished_at}]}, newest first.
+    termination_message, replica, node, host, gpus, ports: [{container_port, host_port,
+    host_ip}], started_at, finished_at}]}, newest first. PORTS shows where each job listens
+    on its host: `127.0.0.1:49153 -> 8799` for a container's port Docker published, `8799`
+    for a port on the host network.
     Nothing is written to state.
     """
     from dstack_plan.cli.output import print_json
@@ -49,10 +52,10 @@ def ps(
     if as_json:
         print_json([v.model_dump(mode="json") for v in views])
         return
-    _print_table(views, project.clock.now())
+    _print_table(views, project.clock.now(), all_runs)
 
 
-def _print_table(views: list[RunView], now: float) -> None:
+def _print_table(views: list[RunView], now: float, all_runs: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -60,10 +63,11 @@ def _print_table(views: list[RunView], now: float) -> None:
 
     out = console()
     if not views:
-        out.print("No runs. (dstack ps -a shows finished ones too.)")
+        # the hint would only repeat what -a just did
+        out.print("No runs." if all_runs else "No runs. (dstack ps -a shows finished ones too.)")
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "STATUS", "FLEET", "HOSTS", "GPU", "PRICE", "AGE"):
+    for column in ("NAME", "STATUS", "FLEET", "HOSTS", "PORTS", "GPU", "PRICE", "AGE"):
         table.add_column(column, overflow="fold")
     for view in views:
         status = _styled(view.status) + ("[yellow]*[/]" if view.error else "")
@@ -72,6 +76,7 @@ def _print_table(views: list[RunView], now: float) -> None:
             status,
             view.fleet,
             ",".join(view.hosts) or "-",
+            _ports(view.jobs[0]) if len(view.jobs) == 1 else "",
             view.gpus or "-",
             f"${view.price_per_hour:.2f}/h",
             format_age(now - view.created_at.timestamp()),
@@ -94,7 +99,21 @@ def _job_row(job: JobView, now: float) -> list[str]:
     age = format_age(now - job.started_at.timestamp()) if job.started_at else ""
     gpus = ",".join(str(g) for g in job.gpus) if job.gpus else ""
     name = f"  replica={job.replica} job={job.node}"
-    return [f"[dim]{name}[/]", _styled(job_status_text(job)), "", job.host, gpus, "", age]
+    return [
+        f"[dim]{name}[/]",
+        _styled(job_status_text(job)),
+        "",
+        job.host,
+        _ports(job),
+        gpus,
+        "",
+        age,
+    ]
+
+
+def _ports(job: JobView) -> str:
+    """`127.0.0.1:49153 -> 8799`, comma-separated; `-` for a job that listens on none."""
+    return ", ".join(str(p) for p in job.ports) or "-"
 
 
 def job_status_text(job: JobView) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -30,21 +30,51 @@ def _backend(state: str | None) -> StateBackend:
 
 
 @app.command("list")
-def list_(state: str = common.StateOpt) -> None:
-    """Print the address of every resource in state, one per line."""
-    for address in _backend(state).read().state.addresses:
-        sys.stdout.write(address + "\n")
+def list_(state: str = common.StateOpt, as_json: bool = common.JsonOpt) -> None:
+    """Print the address of every resource in state, one per line.
+
+    --json prints a list of {address, kind, name, provider, status, tainted}, by address.
+    """
+    from dstack_plan.inspect.state_ops import list_resources
+
+    listed = list_resources(_backend(state))
+    if as_json:
+        sys.stdout.write(json.dumps(listed, indent=2) + "\n")
+        return
+    for entry in listed:
+        sys.stdout.write(f"{entry['address']}\n")
 
 
 @app.command("show")
 def show(
     address: str = typer.Argument(..., help="Resource address, e.g. task.train."),
     state: str = common.StateOpt,
+    as_json: bool = common.JsonOpt,
 ) -> None:
-    """Print one resource's state entry as JSON (state never holds secret values)."""
+    """Print one resource's state entry: `field = value` lines, or with --json the entry as
+    stored plus its address ({address, kind, name, provider, spec, spec_hash, attributes,
+    status, depends_on, created_at, updated_at, tainted}). State never holds secret values.
+    """
     from dstack_plan.inspect.state_ops import show_resource
 
-    sys.stdout.write(json.dumps(show_resource(_backend(state), address), indent=2) + "\n")
+    entry = show_resource(_backend(state), address)
+    if as_json:
+        sys.stdout.write(json.dumps(entry, indent=2) + "\n")
+        return
+    sys.stdout.write("".join(f"{line}\n" for line in _entry_lines(entry)))
+
+
+def _entry_lines(entry: dict[str, Any]) -> list[str]:
+    """`# task.train:` then one `path = value` line per field, nested fields dotted."""
+    from dstack_plan.plan.normalize import flatten
+
+    fields = {k: v for k, v in entry.items() if k != "address"}
+    flat = flatten(fields)
+    width = max((len(path) for path in flat), default=0)
+    return [
+        f"# {entry['address']}:",
+        *(f"{path:<{width}} = {json.dumps(value)}" for path, value in flat.items()),
+    ]
 
 
 @app.command("rm")

@@ -3,6 +3,12 @@
 When a project declares no fleet, its runs go to the implicit fleet `local` on this machine.
 The agent is reached directly on 127.0.0.1 (no SSH), and keeps running after the CLI exits so
 jobs outlive it.
+
+Reading needs no agent when none runs and its data dir holds no job records: then no job
+exists on this machine, so a plan or `ps` gets "no jobs" and host facts gathered in-process
+(see `LocalAgentClient`). Anything else starts it: a submit, or a read while job records exist
+(after a reboot or a crash of the agent its containers may still run, and only the agent can
+say), and the provider remembers that it did (`started`) so the CLI can say so.
 """
 
 from __future__ import annotations
@@ -11,33 +17,26 @@ import asyncio
 import os
 import platform
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from dstack_plan.agent.api_models import HostFacts
-from dstack_plan.agent.client import AgentClient
+from dstack_plan.agent.api_models import ConnectionInfo, HostFacts, JobInfo, JobStatus, LogChunk
+from dstack_plan.agent.client import FOLLOW_IDLE_TIMEOUT, AgentClient
+from dstack_plan.agent.datadir import default_agent_dir
+from dstack_plan.agent.http import Response
 from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.providers.base import GPU, Instance, MachineResources, Offer, Provider
 
 LOCAL_FLEET = "local"
-AGENT_DIR_ENV = "DSTACK_PLAN_AGENT_DIR"
 AGENT_START_TIMEOUT = 15.0
 
 
-def default_agent_dir() -> Path:
-    """Where this machine's agent keeps its data: `$DSTACK_PLAN_AGENT_DIR` or per user."""
-    configured = os.environ.get(AGENT_DIR_ENV)
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "dstack-plan" / "agent"
-
-
 def resources_from_facts(facts: HostFacts) -> MachineResources:
-    arch = "arm" if facts.arch.lower() in ("aarch64", "arm64") else "x86"
+    arm = facts.arch.lower() in ("aarch64", "arm64")
     return MachineResources(
         cpus=facts.cpus,
-        cpu_arch=arch,
+        cpu_arch="arm" if arm else "x86",
         memory_gb=round(facts.memory.total_bytes / 2**30, 1),
         disk_gb=round(facts.disk.total_bytes / 2**30, 1),
         gpus=tuple(
@@ -52,8 +51,9 @@ class LocalProvider(Provider):
 
     def __init__(self, agent_dir: str | Path | None = None):
         self.agent_dir = Path(agent_dir) if agent_dir else default_agent_dir()
-        self._client: AgentClient | None = None
-        self._lock = asyncio.Lock()
+        self._client: LocalAgentClient | None = None
+        self.started: ConnectionInfo | None = None
+        """The agent this provider started (None: it started none)."""
 
     async def _facts(self) -> HostFacts:
         client = await self.agent()
@@ -98,13 +98,21 @@ class LocalProvider(Provider):
         return None  # this machine is not ours to terminate
 
     async def agent(self, instance: Instance | None = None) -> AgentClient:
-        """The agent on this machine, started if it is not running."""
-        async with self._lock:
-            if self._client is None:
-                self._client = await asyncio.to_thread(self._start_agent)
-            return self._client
+        """The agent on this machine: started when a request needs it (see module doc)."""
+        if self._client is None:
+            self._client = LocalAgentClient(self)
+        return self._client
 
-    def _start_agent(self) -> AgentClient:
+    def idle(self) -> bool:
+        """No agent runs here and none ever left a job record: no job exists on this machine."""
+        from dstack_plan.agent.datadir import DataDir
+        from dstack_plan.agent.liveness import is_running
+
+        data = DataDir(self.agent_dir)
+        return not is_running(data) and not _has_entries(data.jobs)
+
+    def connect(self) -> AgentClient:
+        """A client of the running agent, started first if none runs (blocking)."""
         running = _running_agent(self.agent_dir)
         if running is not None:
             return running
@@ -113,15 +121,98 @@ class LocalProvider(Provider):
         from dstack_plan.agent.protocol import DEFAULT_LOG_MAX_BYTES
 
         try:
-            start(DataDir(self.agent_dir), 0, DEFAULT_LOG_MAX_BYTES, AGENT_START_TIMEOUT)
+            info = start(DataDir(self.agent_dir), 0, DEFAULT_LOG_MAX_BYTES, AGENT_START_TIMEOUT)
         except (DaemonError, OSError) as e:
             raise AgentError("localhost", f"cannot start the local agent: {e}") from None
+        if not info.get("already_running"):
+            fields = {k: v for k, v in info.items() if k != "already_running"}
+            self.started = ConnectionInfo.model_validate(fields)
         return _client(self.agent_dir)
+
+    def facts_without_agent(self) -> HostFacts:
+        """This machine's facts gathered in-process, as the agent would report them with no
+        job running (so no GPU allocated). Docker is not asked: only the agent uses it."""
+        from dstack_plan.agent.gpus import detect_gpus
+        from dstack_plan.agent.hostfacts import host_facts
+
+        disk_of = self.agent_dir
+        while not disk_of.exists() and disk_of != disk_of.parent:
+            disk_of = disk_of.parent  # the data dir's file system, before the dir exists
+        facts: dict[str, Any] = host_facts(disk_of)
+        facts["disk"]["path"] = str(self.agent_dir)
+        facts["gpus"] = detect_gpus()
+        facts["docker"] = {"present": False, "error": "not asked: the local agent is not running"}
+        return HostFacts.model_validate(facts)
 
     async def close(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+class LocalAgentClient(AgentClient):
+    """The local agent as a client that starts it only when a request needs it.
+
+    While `LocalProvider.idle()` holds, reads answer from what that means (no jobs; host
+    facts gathered in-process); every other request connects first, starting the agent when
+    none runs. Once connected, everything goes to the agent.
+    """
+
+    def __init__(self, provider: LocalProvider):
+        # The base client is never used to connect: requests go to `_agent` (see `_request`).
+        super().__init__("http://127.0.0.1:1", "", host="localhost")
+        self._provider = provider
+        self._agent: AgentClient | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connected(self) -> AgentClient:
+        async with self._lock:
+            if self._agent is None:
+                self._agent = await asyncio.to_thread(self._provider.connect)
+            return self._agent
+
+    async def _idle(self) -> bool:
+        return self._agent is None and await asyncio.to_thread(self._provider.idle)
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Response:
+        agent = await self._connected()
+        return await agent._request(method, path, **kwargs)
+
+    async def host_facts(self) -> HostFacts:
+        if await self._idle():
+            return await asyncio.to_thread(self._provider.facts_without_agent)
+        return await super().host_facts()
+
+    async def list_jobs(
+        self, status: JobStatus | str | None = None, run_name: str | None = None
+    ) -> list[JobInfo]:
+        if await self._idle():
+            return []
+        return await super().list_jobs(status, run_name)
+
+    async def get_job(self, job_id: str) -> JobInfo:
+        if await self._idle():  # what the agent answers for a job it does not know
+            raise AgentError(self.host, f"no job with id {job_id!r}", 404)
+        return await super().get_job(job_id)
+
+    async def follow_logs(
+        self, job_id: str, offset: int = 0, idle_timeout: int = FOLLOW_IDLE_TIMEOUT
+    ) -> AsyncIterator[LogChunk]:
+        agent = await self._connected()
+        async for chunk in agent.follow_logs(job_id, offset, idle_timeout):
+            yield chunk
+
+    async def aclose(self) -> None:
+        if self._agent is not None:
+            await self._agent.aclose()
+
+
+def _has_entries(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return next(entries, None) is not None
+    except FileNotFoundError:
+        return False
 
 
 def _running_agent(agent_dir: Path) -> AgentClient | None:

@@ -187,7 +187,7 @@ def test_state_list_show_and_pull(tmp_path: Path) -> None:
         ["fleet.pool", "task.eval", "task.train", "volume.data"],
     )
 
-    code, out = invoke("state", "show", "task.train", "--state", str(path))
+    code, out = invoke("state", "show", "task.train", "--json", "--state", str(path))
     shown = json.loads(out)
     assert code == 0
     assert shown["address"] == "task.train"

@@ -1,0 +1,203 @@
+"""Commands must not guess, through the CLI as a user runs it, with a real agent: run arguments
+after `--`, `apply --attach` following only what it started, the local agent started only when
+needed (and said so), shell completion, and walking unreadable directories."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import CLI, Dstack
+from tests.e2e.test_local_flow import wait_for_status
+
+RESOURCES = "resources: {cpu: 1.., memory: 0.1GB.., disk: 1GB..}\n"
+STARTED = "Started the local agent (pid "
+
+
+def console_script() -> str:
+    """The installed `dstack` script: completion keys on the program's name."""
+    return str(Path(sys.executable).parent / "dstack")
+
+
+def task(name: str, command: str) -> str:
+    return f"type: task\nname: {name}\ncommands: [{command!r}]\n{RESOURCES}"
+
+
+def test_run_arguments_come_after_a_double_dash(dstack: Dstack, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    show = 'python3 -c "import sys; print(sys.argv[1:])" ${{ run.args }}'
+    (project / "args.dstack.yml").write_text(task("show-args", show))
+    stray = dstack("apply", "-y", "--attach", ".", "--lr")
+    assert stray.returncode == 1
+    assert "No such option: --lr" in stray.stderr
+    assert not (project / ".dstack").exists()
+
+    applied = dstack("apply", "-y", "--attach", ".", "--", "--lr", "0.1", "--name", "a b")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    # each argument stays one: they are quoted for the shell the commands run in
+    assert "['--lr', '0.1', '--name', 'a b']\n" in applied.stdout
+    assert dstack("destroy", "-y").returncode == 0
+
+
+def test_attach_follows_only_the_runs_this_apply_starts(dstack: Dstack, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    service = f"type: service\nname: web\nport: 18947\ncommands: ['exec sleep 300']\n{RESOURCES}"
+    (project / "web.dstack.yml").write_text(service)
+    assert dstack("apply", "-y").returncode == 0
+    wait_for_status(dstack, "service.web", {"running"})
+
+    (project / "job.dstack.yml").write_text(task("once", "echo once done"))
+    try:
+        # before: attached to service.web as well, which never ends
+        applied = dstack("apply", "-y", "--attach", timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("apply --attach waited on the unchanged service")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "Attached to task.once;" in applied.stderr
+    assert "service.web" not in applied.stderr
+    assert "once done" in applied.stdout
+
+    # the configuration gone: plan refuses an empty directory, destroy still works from state
+    for config in project.glob("*.dstack.yml"):
+        config.unlink()
+    planned = dstack("plan")
+    assert planned.returncode == 1
+    assert "no *.dstack.yml files found in ." in planned.stderr
+    assert "holds 2 resource(s); `dstack destroy` removes them" in planned.stderr
+    destroyed = dstack("destroy", "-y")
+    assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+    assert "Destroy complete! Resources: 2 destroyed." in destroyed.stdout
+
+
+def test_the_local_agent_starts_only_when_needed_and_says_so(
+    dstack: Dstack, tmp_path: Path, agent_dir: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / "hello.dstack.yml").write_text(task("hello", "echo hi"))
+
+    planned = dstack("plan")
+    assert planned.returncode == 0, planned.stderr
+    assert "Plan: 1 to add" in planned.stdout
+    assert STARTED not in planned.stderr
+    assert not agent_dir.exists()  # no agent, and no data dir made for one
+
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert f"data in {agent_dir}); it keeps running" in applied.stderr
+    wait_for_status(dstack, "task.hello", {"done"})
+
+    # the agent stopped (a reboot, say) while it holds a job record: plan must ask it
+    stop = [*CLI[:1], "-m", "dstack_plan.agent", "stop", "--data-dir", str(agent_dir)]
+    subprocess.run(stop, capture_output=True, timeout=60, check=True)
+    replanned = dstack("plan", "--detailed-exitcode")
+    assert replanned.returncode == 0, replanned.stdout + replanned.stderr
+    assert "No changes." in replanned.stdout  # the job's record says done: no drift
+    assert STARTED in replanned.stderr
+
+    assert dstack("destroy", "-y").returncode == 0
+    subprocess.run(stop, capture_output=True, timeout=60, check=True)
+    after = dstack("plan")
+    assert after.returncode == 0 and STARTED not in after.stderr
+
+
+@pytest.mark.parametrize(
+    ("shell", "env", "expected"),
+    [
+        ("bash", {"COMP_WORDS": "dstack pl", "COMP_CWORD": "1"}, "plan"),
+        ("zsh", {"_TYPER_COMPLETE_ARGS": "dstack state s"}, '"show":'),
+        (
+            "fish",
+            {
+                "_TYPER_COMPLETE_ARGS": "dstack apply --paral",
+                "_TYPER_COMPLETE_FISH_ACTION": "get-args",
+            },
+            "--parallelism",
+        ),
+    ],
+)
+def test_shell_completion_completes_commands_and_options(
+    cli_env: dict[str, str], tmp_path: Path, shell: str, env: dict[str, str], expected: str
+) -> None:
+    # what the script from `dstack --install-completion` runs on each <TAB>
+    script = console_script()
+    done = subprocess.run(
+        [script],
+        env={**cli_env, "_DSTACK_COMPLETE": f"complete_{shell}", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout
+
+
+def test_show_completion_prints_the_script_for_the_shell(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    script = console_script()
+    done = subprocess.run(
+        ["bash", "-c", f"{script} --show-completion"],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "_DSTACK_COMPLETE=complete_bash" in done.stdout
+
+
+def _unprivileged() -> list[str]:
+    """A prefix that runs a command without root's power to read anything."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot make a directory unreadable")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def test_validate_skips_an_unreadable_directory_with_a_warning(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / "locked").mkdir(parents=True)
+    (project / "locked" / "hidden.dstack.yml").write_text(task("hidden", "echo"))
+    (project / "ok.dstack.yml").write_text(task("visible", "echo"))
+    (project / "locked").chmod(0)
+    try:
+        done = subprocess.run(
+            [*_unprivileged(), *CLI, "validate", "."],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=project,
+        )
+    finally:
+        (project / "locked").chmod(0o755)
+    # before: an internal PermissionError on locked/pyvenv.cfg
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "skipped ./locked: cannot read it (Permission denied)\n"
+    assert "1 resource" in done.stdout
+
+
+@pytest.mark.slow
+def test_validate_from_the_root_directory_never_fails_internally(
+    cli_env: dict[str, str],
+) -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [*CLI, "validate"], env=cli_env, capture_output=True, text=True, timeout=300, cwd="/"
+    )
+    assert "internal error" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode in (0, 1)
+    assert not [line for line in done.stderr.splitlines() if line.startswith(("proc/", "sys/"))]
+    assert time.monotonic() - started < 120

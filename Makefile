@@ -29,6 +29,7 @@ test: $(BIN)/dstack test-deps
 lint: $(BIN)/dstack
 	$(BIN)/ruff check dstack_plan tests benchmarks scripts
 	$(BIN)/ruff format --check dstack_plan tests benchmarks scripts
+	$(BIN)/mypy
 
 schemas: $(BIN)/dstack
 	$(BIN)/python scripts/generate_schemas.py

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,23 @@ import pytest
 from tests.infra.network_guard import guarded_getaddrinfo
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_main(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    """The console script as a user runs it (errors printed by main), without a process:
+    (exit code, stdout, stderr)."""
+    from dstack_plan.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["dstack", *args])
+    monkeypatch.setenv("NO_COLOR", "1")
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    out = capsys.readouterr()
+    return int(exit_info.value.code or 0), out.out, out.err
+
+
 SHARED_DIR = REPO_ROOT.parent / "shared"
 
 

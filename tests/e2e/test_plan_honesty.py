@@ -9,36 +9,19 @@ import pytest
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_run_lifecycle import RESOURCES
-
-UNSUPPORTED = """type: fleet
-name: onprem
-ssh_config:
-  user: ubuntu
-  hosts: [10.0.0.1]
----
-type: task
-name: train
-fleets: [onprem]
-commands: [python train.py]
----
-type: volume
-name: data
-backend: aws
-region: us-east-1
-size: 10GB
-"""
+from tests.unit.test_plan_honesty import SSH_PROJECT
 
 
 def test_plan_and_apply_refuse_what_no_provider_can_create(dstack: Dstack, tmp_path) -> None:
     project = tmp_path / "project"
-    (project / "infra.dstack.yml").write_text(UNSUPPORTED)
+    (project / "infra.dstack.yml").write_text(SSH_PROJECT)
     for command in (("plan", "--detailed-exitcode"), ("apply", "-y")):
         result = dstack(*command)
         assert result.returncode == 1, result.stdout + result.stderr
         assert "Traceback" not in result.stderr
         assert "will be created" not in result.stdout
         for line in (
-            "3 resources cannot be applied by this version of dstack-plan:",
+            "4 resources cannot be applied by this version of dstack-plan:",
             "fleet.onprem: the ssh provider cannot create fleets in this version",
             "volume.data: the aws provider cannot create volumes in this version",
             "task.train: depends on fleet.onprem, which cannot be applied",

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from tests.e2e.conftest import CLI, Dstack
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_run_lifecycle import RESOURCES
+from tests.infra.http_probe import fetch
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 case "$*" in
@@ -27,18 +26,6 @@ case "$*" in
   *) exit 2 ;;
 esac
 """
-
-
-def fetch(port: int, timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-                return response.read().decode().strip()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def agent_jobs(agent_dir: Path) -> list[str]:

@@ -4,8 +4,6 @@ reports them (and keeps them across its restart); a process reports the port it 
 from __future__ import annotations
 
 import asyncio
-import time
-import urllib.request
 from typing import Any
 
 import pytest
@@ -13,25 +11,13 @@ import pytest
 from dstack_plan.agent.api_models import JobSpec
 from tests.infra.agent_helpers import wait_for_status
 from tests.infra.agent_process import AgentProcess
+from tests.infra.http_probe import fetch
 
 SERVE = [
     "mkdir -p /www",
     "echo replica-$DSTACK_REPLICA_NUM > /www/index.html",
     "exec httpd -f -p 8799 -h /www",
 ]
-
-
-def fetch(port: int, timeout: float = 10.0) -> str:
-    """GET / on 127.0.0.1:port, retrying until the server inside answers."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-                return response.read().decode().strip()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def replica(job_id: str, image: str, number: int) -> JobSpec:

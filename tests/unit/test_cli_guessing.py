@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,11 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from dstack_plan.agent.main import main as agent_main
-from dstack_plan.cli.app import build_app, invoked_command, main
+from dstack_plan.cli.app import build_app, invoked_command
 from dstack_plan.config import discover as discovery
 from dstack_plan.config.discover import discover, parse_pseudo_mounts
 from dstack_plan.providers.local import LocalProvider
 from dstack_plan.state import LocalBackend, ResourceState, State
+from tests.conftest import run_main
 from tests.unit.test_cli_state_graph_init import NOW, make_state
 
 TASK = "type: task\nname: count\ncommands: [echo hi]\nresources: {cpu: 1.., memory: 0.1GB..}\n"
@@ -38,18 +38,6 @@ def _own_agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 def yes(command: str) -> list[str]:
     """`command`, with -y where it asks for confirmation."""
     return [command] if command == "plan" else [command, "-y"]
-
-
-def run_main(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, str]:
-    """The console script as a user runs it, without a process."""
-    monkeypatch.setattr(sys, "argv", ["dstack", *args])
-    monkeypatch.setenv("NO_COLOR", "1")
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out = capsys.readouterr()
-    return int(exit_info.value.code or 0), out.out, out.err
 
 
 # -- directories -----------------------------------------------------------------------------

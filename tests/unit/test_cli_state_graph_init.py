@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 import stat
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from dstack_plan.cli.app import app, main
+from dstack_plan.cli.app import app
 from dstack_plan.clock import SystemClock
 from dstack_plan.errors import LockError, StateError
 from dstack_plan.inspect.workspace import init_workspace
 from dstack_plan.state import LocalBackend, LockInfo, ResourceState, State
+from tests.conftest import run_main
 
 NOW = datetime(2025, 1, 2, tzinfo=timezone.utc)
 
@@ -66,18 +66,6 @@ def invoke(*args: str) -> tuple[int, str]:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.stdout
-
-
-def run_main(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, str]:
-    """The console script as a user runs it (errors printed by main), without a process."""
-    monkeypatch.setattr(sys, "argv", ["dstack", *args])
-    monkeypatch.setenv("NO_COLOR", "1")
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out = capsys.readouterr()
-    return int(exit_info.value.code or 0), out.out, out.err
 
 
 def make_state(path: Path) -> LocalBackend:

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-from dstack_plan.cli.app import main
 from dstack_plan.config.loader import load_project
 from dstack_plan.errors import ConfigError
 from dstack_plan.graph.cycles import find_cycles, starting_at
 from dstack_plan.project import Project
-from tests.conftest import REPO_ROOT
-
-
-def run_main(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, str]:
-    """The console script as a user runs it, without a process."""
-    monkeypatch.setattr(sys, "argv", ["dstack", *args])
-    monkeypatch.setenv("NO_COLOR", "1")
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out = capsys.readouterr()
-    return int(exit_info.value.code or 0), out.out, out.err
+from tests.conftest import REPO_ROOT, run_main
 
 
 def plan_errors(directory: Path) -> list[str]:

@@ -24,7 +24,7 @@ from dstack_plan.config.introspect import (
 )
 from dstack_plan.config.units import describe
 
-if TYPE_CHECKING:  # the locator (ruamel.yaml) is only imported when there is an error
+if TYPE_CHECKING:  # the locator is only imported when there is an error
     from pydantic_core import ErrorDetails
 
     from dstack_plan.config.locate import PathItem, Target

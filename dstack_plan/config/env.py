@@ -17,7 +17,7 @@ def _scalar_to_str(value: Any, key: str) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float | str):
         return str(value)
-    raise ValueError(f"env {key}: value must be a string or a number, not {type(value).__name__}")
+    raise ItemError(f"expected a string or a number, got {type(value).__name__}", key)
 
 
 def _check_key(key: Any, item: str | int) -> str:
@@ -36,17 +36,15 @@ def parse_env(value: Any) -> dict[str, str | None]:
     elif isinstance(value, list):
         for index, entry in enumerate(value):
             if not isinstance(entry, str):
-                raise ItemError(
-                    f"env entries must be KEY=VALUE or KEY strings, not {entry!r}", index
-                )
+                raise ItemError(f"expected a KEY=VALUE or KEY string, got {entry!r}", index)
             key, eq, val = entry.partition("=")
             items.append((_check_key(key, index), val if eq else None))
     else:
-        raise ValueError("env must be a list of KEY=VALUE / KEY entries or a mapping")
+        raise ValueError(f"expected a list of KEY=VALUE / KEY entries or a mapping, got {value!r}")
     seen: set[str] = set()
     for key, _ in items:
         if key in seen:
-            raise ValueError(f"env variable {key!r} is set twice")
+            raise ValueError(f"variable {key!r} is set twice")
         seen.add(key)
     return dict(sorted(items))
 

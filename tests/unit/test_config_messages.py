@@ -241,6 +241,19 @@ TASK = "type: task\nname: t1\n"
             TASK + "commands: [x]\nnodes: many\n",
             "m.dstack.yml:4:8: error: nodes: expected an integer, got 'many'",
         ),
+        (
+            TASK + "commands: [x]\nenv: 5\n",
+            "m.dstack.yml:4:6: error: env: expected a list of KEY=VALUE / KEY entries or a "
+            "mapping, got 5",
+        ),
+        (
+            TASK + "commands: [x]\nenv:\n  A: [1]\n",
+            "m.dstack.yml:5:6: error: env.A: expected a string or a number, got list",
+        ),
+        (
+            TASK + "commands: [x]\nenv: [A=1, A=2]\n",
+            "m.dstack.yml:4:6: error: env: variable 'A' is set twice",
+        ),
     ],
 )
 def test_messages_in_config_terms(text: str, expected: str) -> None:

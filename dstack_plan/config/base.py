@@ -15,13 +15,18 @@ from pydantic import (
     GetJsonSchemaHandler,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{1,40}$"
 _NAME_RE = re.compile(NAME_PATTERN)
-KINDS = ("task", "service", "dev-environment", "fleet", "volume", "gateway")
+RESOURCE_KINDS = ("task", "service", "dev-environment", "fleet", "volume", "gateway")
+"""The kinds that are resources: planned, applied, kept in state, addressed as `kind.name`."""
+KINDS = (*RESOURCE_KINDS, "preset")
+"""Every `type:` a configuration may have. A preset is loaded and checked, but is no resource
+(see `dstack_plan.config.preset`)."""
 _ADDRESS_RE = re.compile(
     r"^(task|service|dev-environment|fleet|volume|gateway)\.[a-z][a-z0-9-]{1,40}$"
 )
@@ -49,11 +54,80 @@ def is_stored(info: ValidationInfo) -> bool:
     return bool(info.context and info.context.get("stored"))
 
 
+_DEFAULTED: dict[type[BaseModel], frozenset[str]] = {}
+
+
+def _defaulted_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of `model` for which an explicit null means "not set" (see `drop_nulls`)."""
+    names = _DEFAULTED.get(model)
+    if names is None:
+        kept: frozenset[str] = getattr(model, "null_kept", frozenset())
+        names = frozenset(
+            name
+            for name, field in model.model_fields.items()
+            # `type` chooses the model: a null there is never "not set"
+            if not field.is_required() and name not in kept and name != "type"
+        )
+        _DEFAULTED[model] = names
+    return names
+
+
+def drop_nulls(model: type[BaseModel], data: Any) -> Any:
+    """`data` without the keys that are null and have a default: `x: null` means "not set".
+
+    dstack's parser reads a null optional field as unset, so a user's `spot_policy: null`
+    must give the same model (and normalised spec: no diff) as leaving the key out. Required
+    fields, `type`, list items and the fields a model lists in `null_kept` keep the null:
+    validation then rejects it, or takes it as a value of its own where the field's type
+    admits null.
+    """
+    if not isinstance(data, dict) or None not in data.values():
+        return data
+    defaulted = _defaulted_fields(model)
+    return {key: value for key, value in data.items() if value is not None or key not in defaulted}
+
+
+def _admits_null(schema: dict[str, Any]) -> bool:
+    if schema.get("type") == "null" or schema.get("const", ...) is None:
+        return True
+    return any(_admits_null(s) for s in schema.get("anyOf", ()) if isinstance(s, dict))
+
+
+def null_in_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """Let the JSON Schema of `model` take the nulls `drop_nulls` reads as "not set"."""
+    properties = schema.get("properties", {})
+    for name in _defaulted_fields(model):
+        prop = properties.get(name)
+        if prop is None or _admits_null(prop):
+            continue
+        meta = {key: prop.pop(key) for key in ("title", "description", "default") if key in prop}
+        properties[name] = {"anyOf": [prop, {"type": "null"}], **meta}
+
+
 class Strict(BaseModel):
-    """A frozen model that rejects unknown keys: every typo is an error, never ignored."""
+    """A frozen model that rejects unknown keys: every typo is an error, never ignored.
+
+    An explicit null on a field with a default means the default (see `drop_nulls`).
+    """
 
     # inf and nan are no quantity a user means, and JSON (state, plans) cannot hold them
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # dstack's models read a YAML number where they take text (`image: 1.5`, `region: 5`)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+        coerce_numbers_to_str=True,
+        json_schema_extra=null_in_schema,
+    )
+
+    null_kept: ClassVar[frozenset[str]] = frozenset()
+    """Fields with a default where an explicit null is not the default: refused where dstack's
+    parser refuses it, or a value of its own (a gateway's `certificate: null` disables it)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        return drop_nulls(cls, data)
 
 
 DEFERRED = ConfigDict(defer_build=True)
@@ -76,7 +150,7 @@ def _check_address(value: str) -> str:
     if not _ADDRESS_RE.match(value):
         raise ValueError(
             f"invalid address {value!r}: expected <kind>.<name> with kind one of "
-            f"{', '.join(KINDS)} (e.g. fleet.gpu-pool)"
+            f"{', '.join(RESOURCE_KINDS)} (e.g. fleet.gpu-pool)"
         )
     return value
 

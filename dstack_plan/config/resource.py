@@ -54,10 +54,25 @@ class Resource:
 
 @dataclass(frozen=True)
 class Desired:
-    """Every resource a project declares, keyed by address, in declaration order."""
+    """Every resource a project declares, keyed by address, in declaration order.
+
+    Configurations that are no resources (presets) are kept apart in `presets`: planning,
+    the graph and apply see only `resources`.
+    """
 
     resources: dict[str, Resource] = field(default_factory=dict)
     files: tuple[str, ...] = ()
+    presets: dict[str, Resource] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from dstack_plan.config.kinds import CONFIG_ONLY_KINDS  # noqa: PLC0415 - a cycle
+
+        # the loader hands over every document it loaded; presets move out of `resources`
+        if any(r.kind in CONFIG_ONLY_KINDS for r in self.resources.values()):
+            kept = {a: r for a, r in self.resources.items() if r.kind not in CONFIG_ONLY_KINDS}
+            moved = {a: r for a, r in self.resources.items() if r.kind in CONFIG_ONLY_KINDS}
+            object.__setattr__(self, "resources", kept)
+            object.__setattr__(self, "presets", {**self.presets, **moved})
 
     def __iter__(self) -> Iterator[Resource]:
         return iter(self.resources.values())

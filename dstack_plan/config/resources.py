@@ -11,9 +11,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from dstack_plan.config.base import Described, ItemError, is_stored
+from dstack_plan.config.base import Described, ItemError, drop_nulls, is_stored, null_in_schema
 from dstack_plan.config.gpu import GPUSpec
 from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.spec_text import (
@@ -58,7 +58,8 @@ def _parse_arch(what: str, value: object) -> CPUArch:
 class CPUSpec(Spec):
     """`cpu:`: a vCPU count range (default `2..`) and an optional arch (`x86` or `arm`).
 
-    Accepts `16..`, `arm:8..`, `x86:16`, an integer, or `{arch, count}`; prints `[arch:]count`.
+    Accepts `16..`, `arm:8..`, `x86:16`, an integer, `{arch, count}`, or a count range as
+    `{min, max}` (either bound alone too, as `memory:` takes it); prints `[arch:]count`.
     """
 
     arch: CPUArch | None = None
@@ -67,7 +68,7 @@ class CPUSpec(Spec):
     _what: ClassVar[str] = "cpu spec"
     _forms: ClassVar[str] = (
         "a count range, optionally with an arch (x86 or arm), e.g. 16.., arm:8.., x86:16, "
-        "or {arch, count}"
+        "{min, max} or {arch, count}"
     )
 
     @classmethod
@@ -87,6 +88,9 @@ class CPUSpec(Spec):
 
     @classmethod
     def _parse_mapping(cls, mapping: dict[Any, Any]) -> dict[str, Any]:
+        # CPUSpec has no min or max of its own: such a mapping can only be the count range.
+        if mapping and mapping.keys() <= {"min", "max"}:
+            return {"count": parse_range(CountRange, mapping)}
         check_keys(cls._what, mapping, ("arch", "count"))
         fields = dict(mapping)
         if fields.get("arch") is not None:
@@ -109,6 +113,7 @@ class CPUSpec(Spec):
                     },
                     "additionalProperties": False,
                 },
+                CountRange.model_json_schema()["anyOf"][2],
             ]
         }
 
@@ -165,7 +170,7 @@ class DiskSpec(Spec):
 class ResourcesSpec(BaseModel):
     """`resources:`, each field accepting its shorthand; `str()` is the pretty one-liner."""
 
-    model_config = FROZEN
+    model_config = ConfigDict(**FROZEN, json_schema_extra=null_in_schema)
 
     cpu: CPUSpec = CPUSpec()
     memory: MemoryRange = MemoryRange(min=8.0)
@@ -174,6 +179,13 @@ class ResourcesSpec(BaseModel):
     gpu: GPUSpec = GPUSpec(count=CountRange(min=0))
 
     _described: ClassVar[Described] = Described("a mapping {cpu, memory, shm_size, disk, gpu}")
+    null_kept: ClassVar[frozenset[str]] = frozenset({"cpu", "memory"})
+    """dstack's parser takes `gpu: null` and `disk: null` as unset, but not these two."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        return drop_nulls(cls, data)
 
     # Checked here, not in DiskSpec: a spec parsed from text is cached and shared, while
     # this check must not apply to stored specs (see `is_stored`).

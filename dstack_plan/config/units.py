@@ -133,8 +133,19 @@ def _duration_error(value: object, forms: str = _DURATION_FORMS) -> ValueError:
     return ValueError(f"invalid duration {describe(value)}: expected {forms}")
 
 
+def _whole_seconds(value: object) -> int | None:
+    """`value` as whole seconds when it is a number (not a bool); None otherwise.
+
+    dstack's parser takes a fractional number of seconds and drops the fraction (`1.9` is
+    1 second), so a file it accepts means the same here.
+    """
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)  # toward zero, as dstack's int(); never raises for a finite float
+    return _integral(value)
+
+
 def _parse_seconds(value: object, forms: str) -> int:
-    number = _integral(value)
+    number = _whole_seconds(value)
     if number is not None:
         if number < 0:
             raise ValueError(f"invalid duration {describe(value)}: must not be negative")
@@ -152,7 +163,8 @@ def _parse_seconds(value: object, forms: str) -> int:
 
 
 def parse_duration(value: object) -> int:
-    """Parse a duration (int seconds, or `<int><unit>` with unit s m h d w) into seconds."""
+    """Parse a duration (seconds as a number, or `<int><unit>` with unit s m h d w) into
+    seconds; a fraction of a second is dropped."""
     return _parse_seconds(value, _DURATION_FORMS)
 
 
@@ -175,26 +187,27 @@ def parse_offable_duration(value: object) -> int | Literal["off"] | None:
     return _parse_seconds(value, _OFFABLE_FORMS)
 
 
-_IDLE_FORMS = f"{_DURATION_FORMS}, or off (also false or -1)"
+_IDLE_FORMS = f"{_DURATION_FORMS}, or off (also false or a negative number)"
+_NEGATIVE_RE = re.compile(rf"{SPACE}-{DIGITS_FRAGMENT}{SPACE}", re.ASCII)
 
 
-def parse_idle_duration(value: object) -> int | Literal["off"]:
-    """Parse an idle-style duration: `off`, `false` and `-1` all give `"off"`."""
+def parse_idle_duration(value: object) -> int | Literal["off"] | None:
+    """Parse an idle-style duration: `off`, `false` and any negative number (dstack's old
+    spelling of off, `-1` most often) give `"off"`; `true` (and null) give None, meaning
+    "use the default", as in dstack."""
     if value is False:
         return OFF
+    if value is True or value is None:
+        return None
     if isinstance(value, str):
-        word = value.strip().lower()
-        if word in _OFF_WORDS or word == "-1":
+        if value.strip().lower() in _OFF_WORDS:
             return OFF
-    elif _integral(value) == -1:
-        return OFF
-    if value is True:
-        raise _duration_error(value, _IDLE_FORMS)
-    number = _integral(value)
-    if number is not None and number < 0:
-        raise ValueError(
-            f"invalid duration {describe(value)}: must not be negative (-1 means off)"
-        )
+        if len(value) <= MAX_TEXT and _NEGATIVE_RE.fullmatch(value):
+            return OFF
+    else:
+        number = _whole_seconds(value)
+        if number is not None and number < 0:
+            return OFF
     return _parse_seconds(value, _IDLE_FORMS)
 
 
@@ -213,7 +226,7 @@ def format_duration(value: int | str | None) -> str | None:
 
 _DURATION_SCHEMA: dict[str, Any] = {
     "anyOf": [
-        {"type": "integer", "minimum": 0},
+        {"type": "number", "minimum": 0},
         {"type": "string", "pattern": anchored(DURATION_FRAGMENT)},
     ]
 }
@@ -227,10 +240,11 @@ _OFFABLE_SCHEMA: dict[str, Any] = {
 }
 _IDLE_SCHEMA: dict[str, Any] = {
     "anyOf": [
-        {"type": "integer", "minimum": -1},
+        {"type": "number"},
         {"type": "string", "pattern": anchored(DURATION_FRAGMENT)},
-        {"type": "string", "pattern": anchored(rf"{_OFF_FRAGMENT}|-1")},
-        {"const": False},
+        {"type": "string", "pattern": anchored(rf"{_OFF_FRAGMENT}|-{DIGITS_FRAGMENT}")},
+        {"type": "boolean"},
+        {"type": "null"},
     ]
 }
 _DURATION_SERIALIZER = PlainSerializer(format_duration, return_type=str)
@@ -255,13 +269,14 @@ OffableDuration = Annotated[
 """Seconds or `"off"` (from `off`/`false`); `true`/null validate to None ("use the default")."""
 
 IdleDuration = Annotated[
-    int | Literal["off"],
+    int | Literal["off"] | None,
     PlainValidator(parse_idle_duration),
     _DURATION_SERIALIZER,
     _DURATION_WORDS,
     WithJsonSchema(_IDLE_SCHEMA),
 ]
-"""Seconds or `"off"` (from `off`, `false` or `-1`)."""
+"""Seconds or `"off"` (from `off`, `false` or a negative number); `true`/null validate to None
+("use the default")."""
 
 
 # --- memory ---------------------------------------------------------------------------------

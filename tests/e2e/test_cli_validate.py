@@ -48,6 +48,7 @@ def test_validate_json(tmp_path: Path) -> None:
         "resources": [
             {"address": "task.ok", "kind": "task", "name": "ok", "file": "ok.dstack.yml"}
         ],
+        "presets": [],
         "errors": [],
     }
     (tmp_path / "bad.dstack.yml").write_text("type: fleet\nnodes: x\n")

@@ -90,6 +90,7 @@ def test_validate_json_lists_reference_errors(
     assert json.loads(out) == {
         "valid": False,
         "resources": [],
+        "presets": [],
         "errors": [
             {
                 "file": "svc.dstack.yml",

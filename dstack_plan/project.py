@@ -28,8 +28,8 @@ from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import PlanError
 from dstack_plan.gcpause import gc_paused
-from dstack_plan.graph.references import dependencies
 from dstack_plan.plan.diff import diff_specs
+from dstack_plan.plan.limits import checked_dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Crash, Placement, Plan
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
 from dstack_plan.providers.local import LOCAL_FLEET, LocalProvider
@@ -100,7 +100,7 @@ class Project:
 
     def desired_items(self) -> list[DesiredItem]:
         desired = self.load()
-        edges = dependencies(desired, self.directory)
+        edges = checked_dependencies(desired, self.directory)
         fleets = {r.name: r for r in desired.of_kind("fleet")}
         items = []
         for resource in desired:

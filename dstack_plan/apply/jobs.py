@@ -22,6 +22,7 @@ from dstack_plan.config.runs import (
 )
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.plan.limits import address_groups
 from dstack_plan.scheduler.matching import gpus_wanted
 from dstack_plan.scheduler.placement import JobDemand
 
@@ -93,7 +94,11 @@ def build_job(
 ) -> JobSpec:
     """The agent's job spec for one slot; secret values travel as SecretStr, never logged."""
     environ = os.environ if environ is None else environ
-    values = {"run": {"args": run_args, "name": ctx.run_name}, "env": dict(environ)}
+    values = {
+        "run": {"args": run_args, "name": ctx.run_name},
+        "env": dict(environ),
+        "groups": _group_ips(spec, ctx),
+    }
     env: dict[str, str | SecretStr] = {}
     for key, value in spec.env.items():
         if value is None:
@@ -248,6 +253,18 @@ def _dstack_env(ctx: JobContext, slot: JobSlot, gpus: int) -> dict[str, str | Se
         "DSTACK_GPUS_NUM": str(gpus * ctx.nodes_num),
         "DSTACK_REPLICA_NUM": str(slot.replica),
     }
+
+
+def _group_ips(spec: RunSpec, ctx: JobContext) -> dict[str, str]:
+    """`${{ groups[i].nodes[j].IP_ADDRESS }}` and `groups[i].replicas[j]`: the address of the
+    machine job j of group i runs on, as DSTACK_NODES_IPS lists them. A service's replicas
+    all run on the run's machine (its master address)."""
+    member, sizes = address_groups(spec)
+    if member == "replicas":
+        return interpolation.group_values(member, [[ctx.master_ip] * n for n in sizes])
+    ips = iter(ctx.node_ips)
+    rows = [[next(ips, ctx.master_ip) for _ in range(n)] for n in sizes]
+    return interpolation.group_values(member, rows)
 
 
 def _resolve(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+import hashlib
+import ipaddress
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, field_serializer, model_validator
 
 from dstack_plan.config.base import (
     DEFERRED,
@@ -19,6 +21,36 @@ from dstack_plan.config.profile import PlacementParams
 from dstack_plan.config.resources import ResourcesSpec
 
 Blocks = int | Literal["auto"]
+
+
+def _one_block_at_least(value: int | str) -> int | str:
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"blocks must be at least 1 or 'auto', got {value}")
+    return value
+
+
+def _private_ip(value: str | None) -> str | None:
+    if value is None:
+        return value
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"invalid IP address {value!r}") from None
+    if not address.is_private:
+        raise ValueError(f"{value} is not a private IP address")
+    return value
+
+
+def _private_network(value: str | None) -> str | None:
+    if value is None:
+        return value
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(f"invalid network {value!r}: expected <ip>/<prefix>") from None
+    if not network.is_private:
+        raise ValueError(f"{value} is not a private network")
+    return value
 
 
 class FleetNodes(Shorthand):
@@ -77,12 +109,33 @@ class FleetNodes(Shorthand):
         return f"{self.min}..{high}"
 
 
+class SSHKey(Strict):
+    """A key given inline, as dstack's server stores it: `public`, and `private` optionally."""
+
+    model_config = DEFERRED
+    _described: ClassVar[Described] = Described("a mapping {public, private}")
+    public: str
+    private: str | None = None
+
+    @field_serializer("private")
+    def _fingerprint(self, value: str | None) -> str | None:
+        # state and plan files hold specs: they get a fingerprint (changes still show in a
+        # diff), never the private key itself
+        if value is None or value.startswith(_FINGERPRINT):
+            return value
+        return _FINGERPRINT + hashlib.sha256(value.encode()).hexdigest()
+
+
+_FINGERPRINT = "sha256:"
+
+
 class ProxyJump(Strict):
     model_config = DEFERRED
     hostname: str
     port: int = Field(default=22, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
+    user: str
+    identity_file: str
+    ssh_key: SSHKey | None = None
 
 
 class SSHHost(Shorthand):
@@ -96,9 +149,9 @@ class SSHHost(Shorthand):
     port: int | None = Field(default=None, ge=1, le=65535)
     identity_file: str | None = None
     proxy_jump: ProxyJump | None = None
-    internal_ip: str | None = None
-    ssh_key: str | None = None
-    blocks: Blocks = 1
+    internal_ip: Annotated[str | None, AfterValidator(_private_ip)] = None
+    ssh_key: SSHKey | None = None
+    blocks: Annotated[Blocks, AfterValidator(_one_block_at_least)] = 1
 
     @model_validator(mode="before")
     @classmethod
@@ -110,29 +163,14 @@ class SSHConfig(Strict):
     model_config = DEFERRED
     user: str | None = None
     identity_file: str | None = None
+    ssh_key: SSHKey | None = None
     port: int = Field(default=22, ge=1, le=65535)
     proxy_jump: ProxyJump | None = None
-    network: str | None = None
+    network: Annotated[str | None, AfterValidator(_private_network)] = None
     """Private CIDR from which internal IPs are chosen."""
-    hosts: tuple[SSHHost, ...] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _hosts_complete(self) -> SSHConfig:
-        names = [h.hostname for h in self.hosts]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise FieldConflict(f"hosts listed twice: {', '.join(duplicates)}", "hosts")
-        for host in self.hosts:
-            if not (host.user or self.user):
-                raise FieldConflict(
-                    f"host {host.hostname}: no user (set ssh_config.user or the host's)", "hosts"
-                )
-        with_ip = [h.internal_ip is not None for h in self.hosts]
-        if any(with_ip) and not all(with_ip):
-            raise FieldConflict("internal_ip must be set on all hosts or on none", "hosts")
-        if any(with_ip) and self.network:
-            raise FieldConflict("'internal_ip' and 'network' are mutually exclusive", "network")
-        return self
+    hosts: tuple[SSHHost, ...]
+    # Hosts without a user, duplicate hosts and internal_ip/network conflicts are refused by
+    # the plan (plan/limits.py), as dstack's server does: its parser accepts them.
 
 
 class FleetSpec(ResourceSpec, PlacementParams):
@@ -145,20 +183,12 @@ class FleetSpec(ResourceSpec, PlacementParams):
     env: Env = {}
     """SSH fleets only: merged under each job's env."""
 
+    null_kept: ClassVar[frozenset[str]] = frozenset({"blocks", "env"})  # dstack refuses null
+
     @model_validator(mode="after")
-    def _cloud_or_ssh(self) -> FleetSpec:
-        if self.ssh_config is None and self.nodes is None:
-            raise ValueError("a fleet needs 'nodes' (cloud fleet) or 'ssh_config' (SSH fleet)")
-        if self.ssh_config is not None:
-            cloud_only = [
-                f
-                for f in ("nodes", "resources", "backends", "regions", "instance_types")
-                if getattr(self, f) is not None
-            ]
-            if cloud_only:
-                raise FieldConflict(f"SSH fleets do not take {', '.join(cloud_only)}", *cloud_only)
-        elif self.env:
-            raise FieldConflict("'env' is only for SSH fleets", "env")
+    def _blocks(self) -> FleetSpec:
+        # cloud vs SSH fields (`nodes` or `ssh_config`, which fields each takes) are checked
+        # by the plan (plan/limits.py), as dstack's server does: its parser accepts any mix
         if isinstance(self.blocks, int) and self.blocks < 1:
             raise FieldConflict("blocks must be at least 1 or 'auto'", "blocks")
         return self

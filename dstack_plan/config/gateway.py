@@ -36,11 +36,14 @@ class GatewaySpec(ResourceSpec):
     """Wildcard domain; a service is served at `<run>.<domain>`."""
     default: bool | None = None
     public_ip: bool = True
+    # dstack refuses a null public_ip; `certificate: null` turns certificates off
+    null_kept: ClassVar[frozenset[str]] = frozenset({"public_ip", "certificate"})
     certificate: Annotated[LetsEncrypt | ACMCertificate | None, BeforeValidator(_certificate)] = (
         LetsEncrypt()
     )
     instance_type: str | None = None
-    replicas: int = Field(default=1, ge=1, le=3)
+    replicas: int = Field(default=1, ge=1)
+    """At most 3 (a server-side limit: the plan checks it, plan/limits.py)."""
     tags: dict[str, str] | None = None
 
     @property

@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 
 _OPEN, _CLOSE = "${{", "}}"
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_GROUP_IP_RE = re.compile(r"^groups\[\d+\]\.nodes\[\d+\]\.IP_ADDRESS$")
+_GROUP_IP_RE = re.compile(r"^groups\[(\d+)\]\.(nodes|replicas)\[(\d+)\]\.IP_ADDRESS$")
+"""dstack's grammar: a task's `groups[i].nodes[j]`, a service's `groups[i].replicas[j]`."""
 
 NAMESPACES: dict[str, frozenset[str] | None] = {
     "env": None,  # any identifier
@@ -37,16 +38,25 @@ def parse_references(text: str) -> list[Reference]:
     if _OPEN not in text:
         return []
     refs = [_parse_expression(expr.strip()) for _, _, expr in _expressions(text)]
-    if text.count(_OPEN) != len(refs):  # one inside another: `${{ a ${{ b }}`
+    if _openings(text) != len(refs):  # one inside another: `${{ a ${{ b }}`
         raise ValueError("unterminated interpolation: '${{' without a matching '}}'")
     return refs
 
 
+def _openings(text: str) -> int:
+    """How many `${{` open an expression: `$${{` is dstack's escape for a literal `${{`."""
+    return text.count(_OPEN) - text.count("$" + _OPEN)
+
+
 def _expressions(text: str) -> Iterator[tuple[int, int, str]]:
     """(start, end, inner text) of each `${{ ... }}`, left to right; ValueError for a `${{`
-    without `}}`. Linear: a regex would rescan the rest of the text from every `${{`."""
+    without `}}`. Linear: a regex would rescan the rest of the text from every `${{`.
+    An escaped `$${{ ... }}` is no expression: it stays as written (dstack's rule)."""
     start = text.find(_OPEN)
     while start >= 0:
+        if start > 0 and text[start - 1] == "$":
+            start = text.find(_OPEN, start + len(_OPEN))
+            continue
         close = text.find(_CLOSE, start + len(_OPEN))
         if close < 0:
             raise ValueError("unterminated interpolation: '${{' without a matching '}}'")
@@ -57,6 +67,11 @@ def _expressions(text: str) -> Iterator[tuple[int, int, str]]:
 def _parse_expression(expr: str) -> Reference:
     if _GROUP_IP_RE.match(expr):
         return Reference("groups", expr[len("groups") :])
+    if expr.split(".")[0].split("[")[0] == "groups":
+        raise ValueError(
+            f"invalid reference '${{{{ {expr} }}}}': expected groups[N].nodes[M].IP_ADDRESS "
+            "(tasks) or groups[N].replicas[M].IP_ADDRESS (services)"
+        )
     namespace, dot, name = expr.partition(".")
     if not dot or not name:
         raise ValueError(f"invalid interpolation '${{{{ {expr} }}}}': expected namespace.name")
@@ -137,3 +152,43 @@ def resolve(text: str, values: Mapping[str, Mapping[str, str]]) -> str:
         # Loading reports an unterminated `${{`; text that never was loaded keeps it as written.
     parts.append(text[done:])
     return "".join(parts)
+
+
+class GroupAddress(NamedTuple):
+    """A `${{ groups[group].<member>[slot].IP_ADDRESS }}` reference."""
+
+    group: int
+    member: str
+    """`nodes` (the nodes of a task's group) or `replicas` (the replicas of a service's)."""
+    slot: int
+
+    @property
+    def name(self) -> str:
+        """Its name in the `groups` namespace (the key `resolve` looks up)."""
+        return f"[{self.group}].{self.member}[{self.slot}].IP_ADDRESS"
+
+    def __str__(self) -> str:
+        return f"groups{self.name}"
+
+
+def group_addresses(text: str) -> list[GroupAddress]:
+    """The group address references in `text`; none for text with a malformed reference."""
+    try:
+        refs = parse_references(text)
+    except ValueError:
+        return []
+    found = []
+    for ref in refs:
+        match = _GROUP_IP_RE.match("groups" + ref.name) if ref.namespace == "groups" else None
+        if match:
+            found.append(GroupAddress(int(match[1]), match[2], int(match[3])))
+    return found
+
+
+def group_values(member: str, addresses: list[list[str]]) -> dict[str, str]:
+    """The `groups` namespace for `resolve`: `addresses[i][j]` is slot j of group i."""
+    return {
+        GroupAddress(group, member, slot).name: address
+        for group, row in enumerate(addresses)
+        for slot, address in enumerate(row)
+    }

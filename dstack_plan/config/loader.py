@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from itertools import count, islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import ValidationError
@@ -382,9 +382,14 @@ def _locate(issue: PendingIssue, display: str, locator: Locator) -> ConfigIssue:
 
 
 def issue_at(
-    resource: Resource, path: tuple[str | int, ...], message: str, project_dir: str | Path = "."
+    resource: Resource,
+    path: tuple[str | int, ...],
+    message: str,
+    project_dir: str | Path = ".",
+    target: Literal["key", "value"] = "key",
 ) -> ConfigIssue:
-    """A located issue about a loaded resource (for checks made after loading)."""
+    """A located issue about a loaded resource (for checks made after loading), at the key
+    at `path` (or its value: where a load error about a bad value would point)."""
     display = resource.source.file
     file = STDIN if display == "<stdin>" else str(Path(project_dir, display))
     try:
@@ -392,7 +397,7 @@ def issue_at(
     except OSError:
         stat = None
     version = (stat.st_mtime_ns, stat.st_size) if stat else (0, 0)
-    pos = _file_locator(file, version).find(resource.source.document, path, "key")
+    pos = _file_locator(file, version).find(resource.source.document, path, target)
     return ConfigIssue(display, pos.line, pos.column, message)
 
 

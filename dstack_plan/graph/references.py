@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dstack_plan.config.loader import issue_at
+from dstack_plan.config.profile import reference_parts
 from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.run_fields import NetworkVolumeMount
 from dstack_plan.config.runs import RunSpec, ServiceSpec
@@ -123,4 +124,6 @@ def _gateway_of(spec: ServiceSpec, default: str | None) -> str | None:
         return None
     if spec.gateway is None or spec.gateway is True:
         return default
-    return spec.gateway
+    project, name = reference_parts(spec.gateway)
+    # another project's gateway is no edge: the plan refuses it (plan/limits.py)
+    return name if project is None else None

@@ -1,0 +1,209 @@
+"""Checks dstack makes in its server, not in its parser: made here when a plan is computed.
+
+A file with these problems loads (dstack's parser accepts it), but `plan` and `validate`
+refuse it, each problem located at the offending key as a load error would be:
+
+- fleets: `nodes` (cloud) or `ssh_config` (SSH), not neither, not both; the fields only one
+  kind takes; SSH hosts with a user, listed once, with `internal_ip` on all or none of them
+  (and not together with `network`);
+- gateways: at most 3 `replicas`, and more than one only without a Let's Encrypt certificate;
+- references to another project's fleet or gateway (a project here is one directory: there
+  is no other project to look in);
+- `${{ groups[i].nodes[j].IP_ADDRESS }}` (tasks) and `groups[i].replicas[j]` (services): in
+  commands only, the member the run's kind has, within the group sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from dstack_plan.config.interpolation import GroupAddress, group_addresses
+from dstack_plan.config.loader import issue_at
+from dstack_plan.config.profile import FleetRef, InstanceRef, reference_parts
+from dstack_plan.config.resource import Desired, Resource
+from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
+from dstack_plan.errors import ConfigError, ConfigIssue
+from dstack_plan.graph.references import dependencies
+
+if TYPE_CHECKING:  # imported when a project declares one (they load on first use)
+    from dstack_plan.config.fleet import FleetSpec, SSHConfig
+    from dstack_plan.config.gateway import GatewaySpec
+
+KeyPath = tuple[str | int, ...]
+Found = tuple[KeyPath, str]
+"""A problem: where in the resource's document (at the key), and the message."""
+
+MAX_GATEWAY_REPLICAS = 3
+"""dstack's server default (`DSTACK_SERVER_GATEWAY_MAX_REPLICAS`)."""
+_CLOUD_ONLY = ("resources", "backends", "regions", "instance_types")
+
+
+def checked_dependencies(
+    desired: Desired, project_dir: str | Path = "."
+) -> dict[str, tuple[str, ...]]:
+    """`graph.references.dependencies`, plus the limits above: every problem of both at once,
+    as one ConfigError. What `plan` and `validate` check without state."""
+    issues = limit_issues(desired, project_dir)
+    try:
+        edges = dependencies(desired, project_dir)
+    except ConfigError as e:
+        raise ConfigError([*e.issues, *issues]) from None
+    if issues:
+        raise ConfigError(issues)
+    return edges
+
+
+def limit_issues(desired: Desired, project_dir: str | Path = ".") -> list[ConfigIssue]:
+    """Every limit problem of every declared resource, located."""
+    issues = []
+    for resource in desired:
+        # a gateway's problem is a value (`replicas: 4`): pointed at as a load error would be
+        target: Literal["key", "value"] = "value" if resource.kind == "gateway" else "key"
+        for path, message in _problems(resource):
+            issues.append(issue_at(resource, path, message, project_dir, target))
+    return issues
+
+
+def _problems(resource: Resource) -> Iterator[Found]:
+    spec = resource.spec
+    if resource.kind == "fleet":
+        yield from _fleet(spec)  # type: ignore[arg-type]
+    elif resource.kind == "gateway":
+        yield from _gateway(spec)  # type: ignore[arg-type]
+    elif isinstance(spec, RunSpec):
+        yield from _other_projects(spec)
+        if resource.may_reference:  # no `${{` anywhere in its file: no group references
+            yield from _group_references(spec)
+
+
+def _fleet(spec: FleetSpec) -> Iterator[Found]:
+    ssh = spec.ssh_config
+    if ssh is None:
+        if spec.nodes is None:
+            yield (), "a fleet needs 'nodes' (cloud fleet) or 'ssh_config' (SSH fleet)"
+        if spec.env:
+            yield ("env",), "'env' is only for SSH fleets"
+        return
+    cloud_only = [f for f in ("nodes", *_CLOUD_ONLY) if getattr(spec, f) is not None]
+    if cloud_only:
+        yield (cloud_only[0],), f"SSH fleets do not take {', '.join(cloud_only)}"
+    yield from _hosts(ssh)
+
+
+def _hosts(ssh: SSHConfig) -> Iterator[Found]:
+    seen: set[str] = set()
+    for index, host in enumerate(ssh.hosts):
+        where = ("ssh_config", "hosts", index)
+        if not (host.user or ssh.user):
+            yield where, f"host {host.hostname}: no user (set ssh_config.user or the host's)"
+        if host.hostname in seen:
+            yield where, f"host {host.hostname} is listed twice"
+        seen.add(host.hostname)
+    with_ip = [h.internal_ip is not None for h in ssh.hosts]
+    if any(with_ip) and not all(with_ip):
+        yield ("ssh_config", "hosts"), "internal_ip must be set on all hosts or on none"
+    if any(with_ip) and ssh.network:
+        yield ("ssh_config", "network"), "'internal_ip' and 'network' are mutually exclusive"
+
+
+def _gateway(spec: GatewaySpec) -> Iterator[Found]:
+    from dstack_plan.config.gateway import LetsEncrypt  # noqa: PLC0415 - only when declared
+
+    if spec.replicas > MAX_GATEWAY_REPLICAS:
+        yield (
+            ("replicas",),
+            f"a gateway has at most {MAX_GATEWAY_REPLICAS} replicas, got {spec.replicas}",
+        )
+    elif spec.replicas > 1 and isinstance(spec.certificate, LetsEncrypt):
+        yield (
+            ("replicas",),
+            "a gateway with more than one replica cannot use a lets-encrypt certificate: set "
+            "'certificate' to null (no HTTPS) or {type: acm, arn} (AWS)",
+        )
+
+
+def _other_projects(spec: RunSpec) -> Iterator[Found]:
+    why = "references to other projects are not supported (a project here is one directory)"
+    for index, fleet in enumerate(spec.fleets or ()):
+        project, name = reference_parts(fleet)
+        if project is not None:
+            yield ("fleets", index), f"fleet {name!r} of project {project!r}: {why}"
+    for index, selector in enumerate(spec.instances or ()):
+        if isinstance(selector, InstanceRef) and selector.fleet is not None:
+            project, name = reference_parts(selector.fleet)
+            if project is not None:
+                path = ("instances", index, "fleet")
+                yield path, f"fleet {name!r} of project {project!r}: {why}"
+    gateway = getattr(spec, "gateway", None)
+    if isinstance(gateway, str | FleetRef):
+        project, name = reference_parts(gateway)
+        if project is not None:
+            yield ("gateway",), f"gateway {name!r} of project {project!r}: {why}"
+
+
+def address_groups(spec: RunSpec) -> tuple[str, list[int]]:
+    """The member group references of this run use (`nodes` or `replicas`) and the size of
+    each group: a task's node groups (one group of all its nodes without `groups`), a
+    service's replica groups (their minimum replicas, as dstack counts them), one node for
+    a dev environment."""
+    if isinstance(spec, ServiceSpec):
+        groups = spec.replica_groups()
+        if groups:
+            counts = [g.replicas or g.count for g in groups]
+            return "replicas", [(c.min or 0) if c is not None else 1 for c in counts]
+        replicas = spec.replicas
+        assert not isinstance(replicas, tuple)  # a tuple is replica groups, handled above
+        return "replicas", [replicas.min or 0]
+    if isinstance(spec, TaskSpec):
+        if spec.groups:
+            return "nodes", [g.nodes for g in spec.groups]
+        return "nodes", [spec.node_count()]
+    return "nodes", [1]
+
+
+def _commands(spec: RunSpec) -> Iterator[tuple[KeyPath, str]]:
+    """Every command of the run with its path, where dstack allows group references."""
+    for index, command in enumerate(getattr(spec, "commands", None) or ()):
+        yield ("commands", index), command
+    if isinstance(spec, DevEnvironmentSpec):
+        for index, command in enumerate(spec.init):
+            yield ("init", index), command
+    groups_key = "groups"
+    groups: tuple[object, ...] = ()
+    if isinstance(spec, TaskSpec):
+        groups = spec.groups or ()
+    elif isinstance(spec, ServiceSpec):
+        groups = spec.replica_groups()
+        groups_key = "replicas" if isinstance(spec.replicas, tuple) else "groups"
+    for number, group in enumerate(groups):
+        for index, command in enumerate(getattr(group, "commands", None) or ()):
+            yield (groups_key, number, "commands", index), command
+
+
+def _group_references(spec: RunSpec) -> Iterator[Found]:
+    for key, value in spec.env.items():
+        if value is not None and group_addresses(value):
+            yield ("env", key), f"env {key}: groups IP references are only for commands"
+    member, sizes = address_groups(spec)
+    kind = "a service" if isinstance(spec, ServiceSpec) else "a task"
+    for path, command in _commands(spec):
+        for ref in group_addresses(command):
+            problem = _group_reference_problem(ref, member, sizes, kind)
+            if problem:
+                yield path, f"{ref}: {problem}"
+
+
+def _group_reference_problem(ref: GroupAddress, member: str, sizes: list[int], kind: str) -> str:
+    if ref.member != member:
+        return f"{kind}'s commands refer to groups[N].{member}[M], not {ref.member}"
+    if ref.group >= len(sizes):
+        count = len(sizes)
+        return f"out of range: there {'is' if count == 1 else 'are'} {count} group(s)"
+    if ref.slot >= sizes[ref.group]:
+        if member == "replicas" and sizes[ref.group] == 0:
+            return "this group scales to zero, so no replica is guaranteed at start"
+        size = sizes[ref.group]
+        return f"out of range: group {ref.group} has {size} {member if size != 1 else member[:-1]}"
+    return ""

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-from dstack_plan.config.base import DEFERRED, Described, Shorthand, Strict
+from dstack_plan.config.backend_options import BackendOptions, one_entry_per_backend
+from dstack_plan.config.base import DEFERRED, Described, FieldConflict, Shorthand, Strict
 from dstack_plan.config.units import Duration, IdleDuration, OffableDuration
 
 SpotPolicy = Literal["spot", "on-demand", "auto"]
@@ -81,7 +89,25 @@ class Schedule(Strict):
         return value
 
 
+def _entity_reference(value: str) -> str:
+    parts = value.split("/")
+    if len(parts) > 2 or not all(parts):
+        raise ValueError(f"invalid reference {value!r}: expected <name> or <project>/<name>")
+    return value
+
+
+EntityName = Annotated[
+    str,
+    AfterValidator(_entity_reference),
+    Described("a name (or <project>/<name>)", "names (or <project>/<name>)"),
+]
+"""A reference to a fleet or gateway written as text: `name`, or `project/name` for one of
+another project. Kept as written (the spec, and so its hash, stays what the user wrote)."""
+
+
 class FleetRef(Strict):
+    """A reference to a fleet or gateway written as a mapping; no `project` means this one."""
+
     _described: ClassVar[Described] = Described(
         "a mapping {name, project}", "mappings {name, project}"
     )
@@ -89,14 +115,64 @@ class FleetRef(Strict):
     name: str
 
 
+EntityRef = EntityName | FleetRef
+
+
+def reference_parts(ref: str | FleetRef) -> tuple[str | None, str]:
+    """(project or None for this project, name) of a reference in either form."""
+    if isinstance(ref, FleetRef):
+        return ref.project, ref.name
+    project, slash, name = ref.rpartition("/")
+    return (project if slash else None), name
+
+
+def _non_empty(value: str) -> str:
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
+NonEmpty = Annotated[
+    str, AfterValidator(_non_empty), WithJsonSchema({"type": "string", "minLength": 1})
+]
+
+
+def _non_empty_list(value: Any) -> Any:
+    # checked before the items: pydantic's min_length counts only the items that validated
+    if isinstance(value, list | tuple) and not value:
+        raise ValueError("must not be empty (omit it to allow any instance)")
+    return value
+
+
 class InstanceRef(Strict):
+    """One instance selector: `{name}`, `{hostname}` or `{fleet, instance}` (dstack's three)."""
+
     _described: ClassVar[Described] = Described(
-        "a mapping {name, hostname, fleet, instance}", "mappings {name, hostname, fleet, instance}"
+        "a mapping {name}, {hostname} or {fleet, instance}",
+        "instance names or mappings {name}, {hostname} or {fleet, instance}",
     )
-    name: str | None = None
-    hostname: str | None = None
-    fleet: str | None = None
-    instance: int | str | None = None
+    name: NonEmpty | None = None
+    hostname: NonEmpty | None = None
+    fleet: EntityRef | None = None
+    instance: int | None = Field(default=None, ge=0)
+    """The instance number within `fleet`."""
+
+    @model_validator(mode="after")
+    def _one_form(self) -> InstanceRef:
+        given = [f for f in ("name", "hostname", "fleet") if getattr(self, f) is not None]
+        if len(given) > 1:
+            raise FieldConflict(
+                f"{' and '.join(repr(f) for f in given)} are mutually exclusive: an instance "
+                "selector is {name}, {hostname} or {fleet, instance}",
+                *given[1:],
+            )
+        if self.fleet is not None and self.instance is None:
+            raise FieldConflict("'fleet' needs 'instance' (the instance number)", "fleet")
+        if self.instance is not None and self.fleet is None:
+            raise FieldConflict("'instance' needs 'fleet'", "instance")
+        if not given:
+            raise ValueError("an instance selector needs 'name', 'hostname' or 'fleet'")
+        return self
 
 
 class PlacementParams(Strict):
@@ -113,16 +189,12 @@ class PlacementParams(Strict):
     max_price: float | None = Field(default=None, gt=0)
     """Highest acceptable price, in $ per hour."""
     tags: dict[str, str] | None = None
-    backend_options: tuple[dict[str, Any], ...] | None = None
+    backend_options: tuple[BackendOptions, ...] | None = None
+    """One entry per backend; dstack defines options for `vastai` only."""
     retry: RetrySpec = None
     idle_duration: IdleDuration | None = None
 
-    @model_validator(mode="after")
-    def _backend_options_have_type(self) -> PlacementParams:
-        for option in self.backend_options or ():
-            if "type" not in option:
-                raise ValueError("each backend_options entry needs a 'type'")
-        return self
+    _backend_options = field_validator("backend_options")(one_entry_per_backend)
 
 
 class ProfileParams(PlacementParams):
@@ -137,13 +209,20 @@ class ProfileParams(PlacementParams):
     startup_order: Literal["any", "master-first", "workers-first"] = "any"
     stop_criteria: Literal["all-done", "master-done"] = "all-done"
     schedule: Schedule | None = None
-    fleets: tuple[str | FleetRef, ...] | None = None
+    fleets: tuple[EntityRef, ...] | None = None
     """Fleets the run may use; unset means any declared fleet."""
-    instances: tuple[str | InstanceRef, ...] | None = None
+    instances: Annotated[
+        tuple[NonEmpty | InstanceRef, ...] | None,
+        BeforeValidator(_non_empty_list),
+        Field(json_schema_extra={"minItems": 1}),
+    ] = None
+    """Existing instances the run may be placed on: names or selectors."""
 
     def fleet_names(self) -> tuple[str, ...] | None:
-        """Names of the fleets this run is restricted to, or None for "any" (also `fleets: []`,
-        which restricts to nothing a run could use)."""
+        """Names of this project's fleets the run is restricted to, or None for "any" (also
+        `fleets: []`, which restricts to nothing a run could use). Fleets of other projects
+        are left out: the plan refuses them (plan/limits.py)."""
         if not self.fleets:
             return None
-        return tuple(f if isinstance(f, str) else f.name for f in self.fleets)
+        parts = (reference_parts(f) for f in self.fleets)
+        return tuple(name for project, name in parts if project is None)

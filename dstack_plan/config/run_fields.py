@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import re
+import string
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-from dstack_plan.config.base import Described, Shorthand, Strict
+from dstack_plan.config.base import Described, Shorthand, Strict, is_stored
 
 _PORT_RE = re.compile(r"^(?:(\*|\d+):)?(\d+)$")
 
@@ -80,12 +89,37 @@ PortSpec = Annotated[
 ]
 
 
+def _mount_path(value: str, info: ValidationInfo) -> str:
+    """A mount's path (in the container or on the host): absolute, and without `..`."""
+    if is_stored(info):
+        return value
+    what = "the instance path" if info.field_name == "instance_path" else "the container path"
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    parts = PurePosixPath(value).parts
+    if not parts or parts[0] != "/":
+        raise ValueError(f"{what} must be absolute, got {value!r}")
+    if ".." in parts:
+        raise ValueError(f"{what} must not contain '..', got {value!r}")
+    return value
+
+
 class NetworkVolumeMount(Strict):
     """A network volume (declared as `type: volume`) mounted at `path`."""
 
     name: str | tuple[str, ...]
     """Volume name, or a list: one per node/job (`data-${{ dstack.node_rank }}` also works)."""
     path: str
+
+    _path = field_validator("path")(_mount_path)
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str | tuple[str, ...], info: ValidationInfo) -> str | tuple[str, ...]:
+        # dstack's parser lets "" through to fail in its server; we refuse it where it is written
+        if not is_stored(info) and "" in ((value,) if isinstance(value, str) else value):
+            raise ValueError("a volume name must not be empty")
+        return value
 
 
 class InstanceVolumeMount(Strict):
@@ -94,29 +128,35 @@ class InstanceVolumeMount(Strict):
     instance_path: str
     path: str
     optional: bool = False
+    null_kept: ClassVar[frozenset[str]] = frozenset({"optional"})  # dstack refuses null
+
+    _paths = field_validator("instance_path", "path")(_mount_path)
 
 
 _MOUNT_FORMS = "NAME:/path or /host/path:/path"
 
 
-def _mount_shorthand(value: Any) -> Any:
+def _mount_shorthand(value: Any, info: ValidationInfo) -> Any:
+    # the mount's own validation runs here, with this validation's context (a stored spec)
     if isinstance(value, str):
-        source, colon, target = value.partition(":")
-        if not colon or not source or not target:
-            raise ValueError(f"invalid volume {value!r}: expected {_MOUNT_FORMS}")
-        if ":" in target:
-            # `/a:/b:/c` is no mount Docker could make: which colon separates what?
+        parts = value.split(":")
+        if len(parts) != 2:
+            # dstack takes no mode suffix (`name:/path:ro`): exactly one ':'
             raise ValueError(
                 f"invalid volume {value!r}: expected {_MOUNT_FORMS} (one ':', not "
                 f"{value.count(':')})"
             )
+        source, target = parts
+        if not source:
+            raise ValueError(f"invalid volume {value!r}: expected {_MOUNT_FORMS}")
         if "/" in source:
-            return InstanceVolumeMount(instance_path=source, path=target)
-        return NetworkVolumeMount(name=source, path=target)
+            value = {"instance_path": source, "path": target}
+        else:
+            value = {"name": source, "path": target}
     if isinstance(value, dict) and "instance_path" in value:
-        return InstanceVolumeMount.model_validate(value)
+        return InstanceVolumeMount.model_validate(value, context=info.context)
     if isinstance(value, dict):
-        return NetworkVolumeMount.model_validate(value)
+        return NetworkVolumeMount.model_validate(value, context=info.context)
     return value
 
 
@@ -130,7 +170,7 @@ VolumeMount = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "string", "pattern": "^[^:]+:.+$"},
+                {"type": "string", "pattern": "^[^:]+:[^:]*$"},
                 {
                     "type": "object",
                     "properties": {
@@ -156,6 +196,29 @@ VolumeMount = Annotated[
 ]
 
 
+def _split_path_pair(value: str, what: str) -> list[str]:
+    """`value` split at its ':'s, except the one of a Windows drive (`C:\\src`, `c:/src`)
+    at its start; more than two parts is an error naming `what`."""
+    parts = value.split(":")
+    if _is_drive(parts):
+        parts = [f"{parts[0]}:{parts[1]}", *parts[2:]]
+    if len(parts) > 2:
+        raise ValueError(
+            f"invalid {what} {value!r}: expected LOCAL or LOCAL:PATH (one ':', besides a "
+            "Windows drive letter)"
+        )
+    return parts
+
+
+def _is_drive(parts: list[str]) -> bool:
+    return (
+        len(parts) > 1
+        and len(parts[0]) == 1
+        and parts[0] in string.ascii_letters
+        and parts[1][:1] in ("\\", "/")
+    )
+
+
 class Repo(Shorthand):
     shorthand_schema = ({"type": "string"},)
     _described: ClassVar[Described] = Described(
@@ -168,25 +231,39 @@ class Repo(Shorthand):
     hash: str | None = None
     path: str = "."
     if_exists: str = "error"
+    null_kept: ClassVar[frozenset[str]] = frozenset({"path", "if_exists"})  # dstack refuses null
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, value: Any) -> Any:
         if not isinstance(value, str):
             return value
-        is_url = "://" in value or value.startswith("git@")
+        # as dstack splits it: a URL's first ':' (`git@host:org/repo`, `https://host/...`)
+        # belongs to the URL, like a Windows drive's to a local path
+        parts = value.split(":")
+        is_url = len(parts) > 1 and ("@" in parts[0] or parts[1].startswith("//"))
         if is_url:
-            # a URL's own colons (scheme, scp-style host) are not a path separator
-            base, sep, path = value.rpartition(":") if value.count(":") > 1 else (value, "", "")
-            if sep and (path.startswith("/") or path.startswith(".")) and "://" in base:
-                return {"url": base, "path": path}
-            return {"url": value}
-        local, sep, path = value.partition(":")
-        return {"local_path": local, "path": path} if sep else {"local_path": local}
+            parts = [f"{parts[0]}:{parts[1]}", *parts[2:]]
+            if len(parts) > 2:
+                raise ValueError(f"invalid repo {value!r}: expected URL or URL:PATH")
+        else:
+            parts = _split_path_pair(value, "repo")
+        source = {"url" if is_url else "local_path": parts[0]}
+        return {**source, "path": parts[1]} if len(parts) == 2 else source
+
+    @field_validator("path")
+    @classmethod
+    def _no_other_home(cls, value: str, info: ValidationInfo) -> str:
+        if is_stored(info):
+            return value
+        if value.startswith("~") and PurePosixPath(value).parts[0] != "~":
+            raise ValueError(f"'~user' paths are not supported, got {value!r} (use '~/...')")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> Repo:
-        if (self.local_path is None) == (self.url is None):
+        # empty strings count as unset, as in dstack
+        if bool(self.local_path) == bool(self.url):
             raise ValueError("a repo needs exactly one of local_path or url")
         if self.if_exists not in ("error", "skip"):
             raise ValueError("if_exists must be 'error' or 'skip'")
@@ -209,8 +286,19 @@ class FileMapping(Shorthand):
     @classmethod
     def _shorthand(cls, value: Any) -> Any:
         if isinstance(value, str):
-            local, sep, path = value.partition(":")
-            return {"local_path": local, "path": path if sep else local}
+            parts = _split_path_pair(value, "file mapping")
+            return {"local_path": parts[0], "path": parts[-1]}
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _unix_path(cls, value: str, info: ValidationInfo) -> str:
+        # the container runs Linux: `C:/data` there is a mistake for the local side
+        if PureWindowsPath(value).is_absolute() and not is_stored(info):
+            raise ValueError(
+                f"the container path must be a Unix path, got {value!r} "
+                "(a Windows path is for the local side: LOCAL:/container/path)"
+            )
         return value
 
 

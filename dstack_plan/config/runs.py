@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import (
-    AfterValidator,
-    BeforeValidator,
-    Field,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from dstack_plan.config.base import (
+    Described,
+    FieldConflict,
+    ItemError,
+    ResourceSpec,
+    Strict,
+    is_stored,
 )
-
-from dstack_plan.config.base import Described, FieldConflict, ResourceName, ResourceSpec, Strict
 from dstack_plan.config.env import Env
-from dstack_plan.config.profile import ProfileParams
+from dstack_plan.config.profile import EntityRef, ProfileParams
+from dstack_plan.config.python_version import PythonVersion
 from dstack_plan.config.ranges import CountRange
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.run_fields import (
@@ -28,36 +29,21 @@ from dstack_plan.config.run_fields import (
     VolumeMount,
 )
 from dstack_plan.config.service_fields import (
+    GroupName,
     ModelSpec,
     Probe,
     RateLimit,
     ReplicaGroup,
     Replicas,
     Scaling,
+    check_replica_groups,
+    check_unique_group_names,
+    group_names,
 )
-from dstack_plan.config.units import IdleDuration
+from dstack_plan.config.units import OffableDuration
 
-_PYTHON_VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 _SHELL_RE = re.compile(r"^(sh|bash|/\S+)$")
-
-
-def _python_version(value: Any) -> Any:
-    if isinstance(value, float):
-        # YAML reads `3.10` as the float 3.1
-        major, minor = f"{value}".split(".")
-        value = f"{major}.{minor}0" if minor == "1" else f"{major}.{minor}"
-    if isinstance(value, str) and value not in _PYTHON_VERSIONS:
-        raise ValueError(
-            f"unsupported python {value!r}: choose one of {', '.join(_PYTHON_VERSIONS)}"
-        )
-    return value
-
-
-PythonVersion = Annotated[
-    Literal["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"],
-    BeforeValidator(_python_version),
-    WithJsonSchema({"anyOf": [{"enum": list(_PYTHON_VERSIONS)}, {"type": "number"}]}),
-]
+_WINDSURF_VERSION_RE = re.compile(r"^.+@[a-f0-9]+$")
 
 
 class RunSpec(ResourceSpec, ProfileParams):
@@ -86,6 +72,19 @@ class RunSpec(ResourceSpec, ProfileParams):
     home_dir: str | None = None
     """Deprecated."""
 
+    # dstack's parser reads null as "not set" only where its own field is optional
+    null_kept: ClassVar[frozenset[str]] = frozenset(
+        {"privileged", "home_dir", "env", "resources", "volumes", "repos", "files", "dstack"}
+        | {"setup"}
+    )
+
+    @field_validator("home_dir", mode="before")
+    @classmethod
+    def _home_dir_not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("home_dir must be a string, not null")
+        return value
+
     @field_validator("shell")
     @classmethod
     def _shell(cls, value: str | None) -> str | None:
@@ -109,19 +108,6 @@ class RunSpec(ResourceSpec, ProfileParams):
         return self
 
 
-_GROUP_NAME = r"^[a-z0-9][a-z0-9-]{0,39}$"
-_GROUP_NAME_RE = re.compile(_GROUP_NAME)
-
-
-def _group_name(value: str) -> str:
-    if not _GROUP_NAME_RE.match(value):
-        raise ValueError(
-            f"invalid group name {value!r}: use 1-40 lowercase letters, digits and '-', "
-            "starting with a letter or digit"
-        )
-    return value
-
-
 class NodeGroup(Strict):
     """A group of a heterogeneous multi-node task."""
 
@@ -129,18 +115,13 @@ class NodeGroup(Strict):
         "a node group {name, nodes, resources, commands, ports}", "node groups (mappings)"
     )
 
-    name: (
-        Annotated[
-            str,
-            AfterValidator(_group_name),
-            WithJsonSchema({"type": "string", "pattern": _GROUP_NAME}),
-        ]
-        | None
-    ) = None
+    name: GroupName | None = None
     nodes: int = Field(default=1, ge=1)
     resources: ResourcesSpec = ResourcesSpec()
     commands: tuple[str, ...] = ()
     ports: tuple[PortSpec, ...] = ()
+
+    null_kept: ClassVar[frozenset[str]] = frozenset({"nodes", "resources", "commands", "ports"})
 
 
 class TaskSpec(RunSpec):
@@ -152,8 +133,10 @@ class TaskSpec(RunSpec):
     """Homogeneous multi-node: needs a fleet with `placement: cluster`."""
     groups: tuple[NodeGroup, ...] | None = None
 
+    null_kept: ClassVar[frozenset[str]] = RunSpec.null_kept | {"ports", "commands"}
+
     @model_validator(mode="after")
-    def _shape(self) -> TaskSpec:
+    def _shape(self, info: ValidationInfo) -> TaskSpec:
         if self.groups is not None:
             if self.nodes is not None:
                 raise FieldConflict("'nodes' and 'groups' are mutually exclusive", "groups")
@@ -166,9 +149,20 @@ class TaskSpec(RunSpec):
                 )
             if not self.groups:
                 raise FieldConflict("'groups' must not be empty", "groups")
+            if not is_stored(info):
+                self._check_groups(self.groups)
         elif not self.commands and not self.image:
             raise ValueError("a task needs 'commands' or an 'image'")
         return self
+
+    def _check_groups(self, groups: tuple[NodeGroup, ...]) -> None:
+        check_unique_group_names(groups, "groups", "node group")
+        for index, name in enumerate(group_names(groups)):
+            if not groups[index].commands and self.image is None:
+                raise ItemError(
+                    f"node group {name!r} needs 'commands' (or an 'image' on the task)",
+                    ("groups", index),
+                )
 
     def node_count(self) -> int:
         if self.groups:
@@ -185,8 +179,9 @@ class ServiceSpec(RunSpec):
     """A count, a range (needs `scaling`), or legacy replica groups."""
     scaling: Scaling | None = None
     groups: tuple[ReplicaGroup, ...] | None = None
-    gateway: bool | ResourceName | None = None
-    """Unset: the default gateway if any; false: none; true: the default is required; or a name."""
+    gateway: bool | EntityRef | None = None
+    """Unset: the default gateway if any; false: none; true: the default is required; or a
+    name (`project/name` or {project, name} for another project's)."""
     https: bool | Literal["auto"] = True
     auth: bool = True
     strip_prefix: bool = True
@@ -194,16 +189,34 @@ class ServiceSpec(RunSpec):
     probes: tuple[Probe, ...] | None = None
     rate_limits: tuple[RateLimit, ...] = ()
 
+    null_kept: ClassVar[frozenset[str]] = RunSpec.null_kept | {
+        "commands",
+        "strip_prefix",
+        "auth",
+        "rate_limits",
+    }
+
     @model_validator(mode="after")
-    def _shape(self) -> ServiceSpec:
+    def _shape(self, info: ValidationInfo) -> ServiceSpec:
         replicas = self.replicas
+        # a normalised spec writes the default `replicas` out: only a user's own counts
+        explicit = "replicas" in self.model_fields_set and not is_stored(info)
         if isinstance(replicas, tuple):
             if self.groups is not None:
                 raise FieldConflict(
                     "use either 'groups' or a list in 'replicas', not both", "groups"
                 )
+        elif self.groups is not None and explicit:
+            raise FieldConflict(
+                "'replicas' and 'groups' are mutually exclusive: set replicas per group",
+                "replicas",
+            )
         elif replicas.min != replicas.max and self.scaling is None:
             raise FieldConflict("a replicas range needs 'scaling'", "replicas")
+        elif explicit and replicas.min == replicas.max and self.scaling is not None:
+            raise FieldConflict("'scaling' needs a replicas range such as 0..4", "scaling")
+        if not is_stored(info):
+            self._check_groups()
         if not self.groups and not isinstance(replicas, tuple):
             if not self.commands and not self.image:
                 raise ValueError("a service needs 'commands' or an 'image'")
@@ -211,6 +224,33 @@ class ServiceSpec(RunSpec):
         if len(prefixes) != len(set(prefixes)):
             raise FieldConflict("rate_limits prefixes must be unique", "rate_limits")
         return self
+
+    def _check_groups(self) -> None:
+        key = "replicas" if isinstance(self.replicas, tuple) else "groups"
+        if key == "groups" and self.groups is None:
+            return
+        groups = self.replica_groups()
+        if not groups:
+            raise FieldConflict(f"'{key}' must not be an empty list of groups", key)
+        if self.scaling is not None:
+            raise FieldConflict("with replica groups, set 'scaling' per group", "scaling")
+        if self.commands:
+            raise FieldConflict("with replica groups, set 'commands' per group", "commands")
+        # dstack counts `docker`, `privileged` and `nvcc` as set on the service only when true
+        service_sets = [
+            name
+            for name, value in (
+                ("image", self.image is not None),
+                ("docker", self.docker),
+                ("privileged", self.privileged),
+                ("python", self.python is not None),
+                ("nvcc", self.nvcc),
+                ("spot_policy", "spot_policy" in self.model_fields_set),
+                ("reservation", self.reservation is not None),
+            )
+            if value
+        ]
+        check_replica_groups(groups, key, service_sets, self.image is not None)
 
     def replica_groups(self) -> tuple[ReplicaGroup, ...]:
         if isinstance(self.replicas, tuple):
@@ -224,7 +264,24 @@ class DevEnvironmentSpec(RunSpec):
     version: str | None = None
     init: tuple[str, ...] = ()
     ports: tuple[PortSpec, ...] = ()
-    inactivity_duration: IdleDuration | None = None
+    # dstack reads it as an offable duration (a negative one is an error), not an idle one
+    inactivity_duration: OffableDuration = None
+
+    null_kept: ClassVar[frozenset[str]] = RunSpec.null_kept | {"init", "ports"}
+
+    @model_validator(mode="after")
+    def _ide_version(self, info: ValidationInfo) -> DevEnvironmentSpec:
+        if not self.version or is_stored(info):
+            return self
+        if self.ide is None:
+            raise FieldConflict("'version' needs 'ide' to be set", "version")
+        if self.ide == "windsurf" and not _WINDSURF_VERSION_RE.match(self.version):
+            raise ItemError(
+                f"invalid Windsurf version {self.version!r}: expected VERSION@COMMIT "
+                "(e.g. 1.106.0@8951cd3ad688e789573d7f51750d67ae4a0bea7d)",
+                "version",
+            )
+        return self
 
     @model_validator(mode="after")
     def _inactivity(self) -> DevEnvironmentSpec:

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-from dstack_plan.config.base import Described, Shorthand, Strict
+from dstack_plan.config.base import (
+    Described,
+    FieldConflict,
+    ItemError,
+    Shorthand,
+    Strict,
+    is_stored,
+)
+from dstack_plan.config.python_version import PythonVersion
 from dstack_plan.config.ranges import CountRange
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.units import Duration
@@ -32,11 +50,50 @@ class Scaling(Strict):
     window: Literal[30, 60, 300] = 60
     scale_up_delay: Duration = 300
     scale_down_delay: Duration = 600
+    null_kept: ClassVar[frozenset[str]] = frozenset({"scale_up_delay", "scale_down_delay"})
 
     @field_validator("window", mode="before")
     @classmethod
     def _window(cls, value: Any) -> Any:
         return {"30s": 30, "60s": 60, "1m": 60, "300s": 300, "5m": 300}.get(value, value)
+
+
+_GROUP_NAME = r"^[a-z0-9][a-z0-9-]{0,39}$"
+_GROUP_NAME_RE = re.compile(_GROUP_NAME)
+
+
+def _group_name(value: str) -> str:
+    if not _GROUP_NAME_RE.match(value):
+        raise ValueError(
+            f"invalid group name {value!r}: use 1-40 lowercase letters, digits and '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+GroupName = Annotated[
+    str,
+    AfterValidator(_group_name),
+    WithJsonSchema({"type": "string", "pattern": _GROUP_NAME}),
+]
+"""The name of a replica or node group; unnamed groups are named by position ('0', '1', ...)."""
+
+
+def group_names(groups: Sequence[Any]) -> list[str]:
+    """Each group's name, as dstack fills it in: an unnamed group is named by its position."""
+    return [str(i) if g.name is None else g.name for i, g in enumerate(groups)]
+
+
+def check_unique_group_names(groups: Sequence[Any], key: str, what: str) -> None:
+    """Refuse two groups with one name, counting the position names of unnamed groups."""
+    first: dict[str, int] = {}
+    for index, name in enumerate(group_names(groups)):
+        if name in first:
+            # an unnamed group has no `name` key to point at: point at the group
+            where = (key, index) if groups[index].name is None else (key, index, "name")
+            hint = "" if groups[index].name else " (an unnamed group is named by its position)"
+            raise ItemError(f"{what} name {name!r} is used twice{hint}", where)
+        first[name] = index
 
 
 class Router(Strict):
@@ -50,8 +107,9 @@ class ReplicaGroup(Strict):
         "a replica group {name, replicas, commands, ...}", "replica groups (mappings)"
     )
 
-    name: str | None = None
+    name: GroupName | None = None
     replicas: Replicas | None = None
+    """Required, or its alias `count` (when both are set, `replicas` wins, as in dstack)."""
     count: Replicas | None = None
     scaling: Scaling | None = None
     resources: ResourcesSpec | None = None
@@ -59,24 +117,103 @@ class ReplicaGroup(Strict):
     reservation: str | None = None
     commands: tuple[str, ...] | None = None
     image: str | None = None
-    python: str | None = None
+    python: PythonVersion | None = None
     nvcc: bool | None = None
     docker: bool | None = None
     privileged: bool | None = None
     router: Router | None = None
 
+    def replica_count(self) -> CountRange | None:
+        """The group's replicas: `replicas`, else its alias `count`."""
+        return self.replicas if self.replicas is not None else self.count
+
     @model_validator(mode="after")
-    def _one_count(self) -> ReplicaGroup:
-        if self.replicas is not None and self.count is not None:
-            raise ValueError("'replicas' and its alias 'count' are mutually exclusive")
-        replicas = self.replicas or self.count
-        if (
-            self.router is not None
-            and replicas is not None
-            and replicas != CountRange(min=1, max=1)
-        ):
+    def _one_count(self, info: ValidationInfo) -> ReplicaGroup:
+        replicas = self.replica_count()
+        if is_stored(info):
+            return self
+        if replicas is None:
+            raise ValueError("a replica group needs 'replicas' (or its alias 'count')")
+        if self.router is not None and replicas != CountRange(min=1, max=1):
             raise ValueError("a router group must have exactly 1 replica")
+        if replicas.min != replicas.max and self.scaling is None:
+            raise FieldConflict("a replicas range needs 'scaling'", "replicas", "count")
+        if replicas.min == replicas.max and self.scaling is not None:
+            raise FieldConflict("'scaling' needs a replicas range such as 0..4", "scaling")
         return self
+
+    @model_validator(mode="after")
+    def _one_image_source(self, info: ValidationInfo) -> ReplicaGroup:
+        if is_stored(info):
+            return self
+        if self.image is not None and self.python is not None:
+            raise FieldConflict(
+                "'image' and 'python' are mutually exclusive within a replica group", "python"
+            )
+        if self.docker:
+            other = next((f for f in ("image", "python", "nvcc") if getattr(self, f)), None)
+            if other is not None:
+                raise FieldConflict(
+                    f"'docker: true' and '{other}' are mutually exclusive within a replica group",
+                    "docker",
+                )
+            if self.privileged is False:
+                # docker-in-docker needs a privileged container
+                raise FieldConflict(
+                    "'privileged: false' conflicts with 'docker: true' (docker-in-docker runs "
+                    "privileged)",
+                    "privileged",
+                )
+        return self
+
+
+# an image source on the service excludes these other image sources in a group
+_EXCLUDED_IN_GROUPS: dict[str, tuple[str, ...]] = {
+    "image": ("docker", "python", "nvcc"),
+    "docker": ("image", "python", "nvcc"),
+    "python": ("image", "docker"),
+    "nvcc": ("image", "docker"),
+}
+
+
+def check_replica_groups(
+    groups: Sequence[ReplicaGroup], key: str, service_sets: Collection[str], image: bool
+) -> None:
+    """Rules between a service and its replica groups (`key` is where the groups are written).
+
+    `service_sets`: which of the fields that may be set on the service or in its groups, never
+    in both (`image`, `docker`, `privileged`, `python`, `nvcc`, `spot_policy`, `reservation`),
+    the service sets (`docker`, `privileged`, `nvcc` count only when true); `image`: whether
+    the service has an image.
+    """
+    check_unique_group_names(groups, key, "replica group")
+    names = group_names(groups)
+    for index, group in enumerate(groups):
+        for field in service_sets:
+            for other in (field, *_EXCLUDED_IN_GROUPS.get(field, ())):
+                if getattr(group, other) is None:
+                    continue
+                if other == field:
+                    message = (
+                        f"'{field}' is set both on the service and in replica group "
+                        f"{names[index]!r}: set it in one place (on the service for all "
+                        "groups, or per group)"
+                    )
+                else:
+                    message = (
+                        f"the service's '{field}' conflicts with '{other}' in replica group "
+                        f"{names[index]!r}: image sources are mutually exclusive"
+                    )
+                raise ItemError(message, (key, index, other))
+        if not group.commands and group.image is None and not image:
+            raise ItemError(
+                f"replica group {names[index]!r} needs 'commands' or an 'image' "
+                "(in the group or on the service)",
+                (key, index),
+            )
+    routers = [i for i, g in enumerate(groups) if g.router is not None]
+    if len(routers) > 1:
+        raise ItemError("at most one replica group may set 'router'", (key, routers[1], "router"))
 
 
 class Probe(Strict):
@@ -92,6 +229,7 @@ class Probe(Strict):
     interval: Duration = 15
     ready_after: int = Field(default=1, ge=1)
     until_ready: bool = False
+    null_kept: ClassVar[frozenset[str]] = frozenset({"headers"})  # dstack refuses null
 
     @field_validator("timeout", "interval")
     @classmethod
@@ -107,6 +245,7 @@ class ChatModel(Shorthand):
     name: str
     format: Literal["openai", "tgi"] = "openai"
     prefix: str = "/v1"
+    null_kept: ClassVar[frozenset[str]] = frozenset({"prefix"})  # dstack refuses null
     chat_template: str | None = None
     eos_token: str | None = None
 
@@ -135,3 +274,4 @@ class RateLimit(Strict):
     key: RateLimitKey = RateLimitKey()
     rps: float = Field(ge=1 / 60)
     burst: int = Field(default=0, ge=0)
+    null_kept: ClassVar[frozenset[str]] = frozenset({"prefix", "key", "burst"})

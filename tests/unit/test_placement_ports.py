@@ -100,7 +100,8 @@ def test_a_container_service_gets_a_bridge_and_host_ports_chosen_by_docker() -> 
 
 def test_task_groups_bind_their_own_ports() -> None:
     spec = task(
-        commands=[], groups=[{"nodes": 1, "commands": ["a"], "ports": [7000]}, {"nodes": 1}]
+        commands=[],
+        groups=[{"nodes": 1, "commands": ["a"], "ports": [7000]}, {"nodes": 1, "commands": ["b"]}],
     )
     assert [(d.label, d.ports) for d in job_demands(spec)] == [("node 0", (7000,)), ("node 1", ())]
 

@@ -123,6 +123,16 @@ class ReplicaGroup(Strict):
     privileged: bool | None = None
     router: Router | None = None
 
+    # dstack refuses these as null in a group (unlike on the service, where null is "not set")
+    null_kept: ClassVar[frozenset[str]] = frozenset({"replicas", "resources", "commands"})
+
+    @field_validator("replicas", "resources", "commands", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("must not be null in a replica group (leave the key out instead)")
+        return value
+
     def replica_count(self) -> CountRange | None:
         """The group's replicas: `replicas`, else its alias `count`."""
         return self.replicas if self.replicas is not None else self.count

@@ -204,7 +204,7 @@ def write_project(root: Path, n: int, changed: bool = False) -> None:
 
 
 async def submit_real_jobs(project: Project, names: list[str], command: str) -> list[str]:
-    agent = await project.local.agent()
+    agent = project.local.client()
     ids = []
     for name in names:
         info = await agent.submit(JobSpec(run_name=name, commands=[command]))
@@ -213,7 +213,7 @@ async def submit_real_jobs(project: Project, names: list[str], command: str) -> 
 
 
 async def wait_finished(project: Project, ids: list[str]) -> None:
-    agent = await project.local.agent()
+    agent = project.local.client()
     for job in ids:
         await agent.wait(job, timeout=60)
 
@@ -338,7 +338,7 @@ async def prepare(n: int, tmp: Path, agent_dir: Path) -> Prepared:
 async def delete_live_jobs(prepared: Prepared, agent_dir: Path) -> None:
     project = BenchProject(prepared.root, state_path=prepared.state_path, agent_dir=agent_dir)
     try:
-        agent = await project.local.agent()
+        agent = project.local.client()
         for job in prepared.live:
             await agent.delete(job, force=True)
     finally:

@@ -26,13 +26,15 @@ from dstack_plan.config.loader import load_project, start_loading
 from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
-from dstack_plan.errors import PlanError
+from dstack_plan.errors import PlanError, ProviderError
 from dstack_plan.gcpause import gc_paused
 from dstack_plan.plan.diff import diff_specs
 from dstack_plan.plan.limits import checked_dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Crash, Placement, Plan
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
-from dstack_plan.providers.local import LOCAL_FLEET, LocalProvider
+from dstack_plan.providers.base import Provider
+from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER, LocalProvider
+from dstack_plan.providers.registry import create_provider
 from dstack_plan.scheduler.placement import Candidate
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
@@ -41,6 +43,7 @@ from dstack_plan.state.model import ResourceState, State
 from dstack_plan.state.secrets import SecretGuard
 
 if TYPE_CHECKING:  # only apply needs these; planning does not import the apply engine
+    from dstack_plan.agent.api_models import JobInfo
     from dstack_plan.apply.events import EventCallback
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.apply.report import ApplyReport
@@ -86,7 +89,7 @@ class Project:
         path = state_path or os.environ.get(STATE_ENV) or self.directory / ".dstack" / "state.json"
         self.backend: StateBackend = LocalBackend(path, secret_guard=self.guard)
         self.secrets = SecretStore(self.directory, on_resolve=self.guard.register)
-        self.local = LocalProvider(agent_dir)
+        self.local = _local_provider(agent_dir)
         self.deployment = Deployment(self.backend)  # keyed by lineage, read when needed
         self._progress = progress or (lambda address, message: None)
         self._desired: Desired | None = None
@@ -121,7 +124,7 @@ class Project:
     # -- handlers ------------------------------------------------------------------------
 
     def handlers(self) -> dict[str, ResourceHandler]:
-        runs = RunHandler(self.local, self.secrets, self.deployment)
+        runs = RunHandler(self.fleet_provider, self.secrets, self.deployment)
         unsupported = UnsupportedHandler()
         return {
             "task": runs,
@@ -131,6 +134,12 @@ class Project:
             "volume": unsupported,
             "gateway": unsupported,
         }
+
+    def fleet_provider(self, fleet: str) -> Provider | None:
+        """The provider of a fleet, by name (None: the fleet has none in this version).
+
+        Only the implicit fleet `local` has one so far: this machine's provider."""
+        return self.local if fleet == LOCAL_FLEET else None
 
     def unsupported(self, items: list[DesiredItem]) -> dict[tuple[str, str], str]:
         """(kind, provider) -> why apply cannot create or update such a resource, for the
@@ -283,15 +292,25 @@ class Project:
             starts = _starts(by_address.get(resource.address), refresh, options)
             local.append(HostRun(resource.address, resource.name, spec, starts))
         if local:
-            instance, _ = await self.local.local_instance()
-            listed = await (await self.local.agent()).list_jobs()
+            host, listed = await self._local_host()
             deployment = str(self.deployment)
-            host = Candidate(LOCAL_FLEET, "local", instance.hostname, instance.resources)
             placed = place_on_host(local, host, busy_jobs(listed, deployment), deployment)
             if placed.never:
                 raise PlanError("\n".join(placed.never))
             result.update(placed.placements)
         return result
+
+    async def _local_host(self) -> tuple[Candidate, list[JobInfo]]:
+        """The local fleet's machine as its provider sees it now, and the jobs on it."""
+        provider = self.fleet_provider(LOCAL_FLEET)
+        assert provider is not None
+        machines = await provider.refresh(provider.implicit_instances(LOCAL_FLEET))
+        machine = machines[0] if machines else None
+        if machine is None or machine.resources is None:
+            raise ProviderError(provider.name, "this machine's resources are not known")
+        listed = await (await provider.agent(machine)).list_jobs()
+        host = Candidate(LOCAL_FLEET, provider.name, machine.hostname, machine.resources)
+        return host, listed
 
     # -- apply ---------------------------------------------------------------------------
 
@@ -335,6 +354,14 @@ class Project:
         await self.local.close()
 
 
+def _local_provider(agent_dir: str | Path | None) -> LocalProvider:
+    """This machine's provider, found through the registry like any other."""
+    provider = create_provider(LOCAL_PROVIDER, agent_dir=agent_dir)
+    if not isinstance(provider, LocalProvider):  # the CLI reads what only it records
+        raise ProviderError(LOCAL_PROVIDER, f"{type(provider).__name__} is not LocalProvider")
+    return provider
+
+
 def _fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:
     """The fleet a run goes to: the first it names, else the first declared, else `local`."""
     spec = resource.spec
@@ -352,7 +379,7 @@ def _provider_of(resource: Resource, fleets: dict[str, Resource]) -> str:
     named = spec.fleet_names()
     fleet_name = named[0] if named else (next(iter(fleets)) if fleets else LOCAL_FLEET)
     if fleet_name == LOCAL_FLEET or fleet_name not in fleets:
-        return "local"
+        return LOCAL_PROVIDER
     return _provider_of(fleets[fleet_name], fleets)
 
 

@@ -19,7 +19,8 @@ from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.plan.kinds import FINISHED_STATUSES
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
-from dstack_plan.providers.local import LOCAL_FLEET, LocalProvider
+from dstack_plan.providers.base import FleetProviders
+from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.state.model import ResourceState
 
 MAX_CONCURRENT_STOPS = 16
@@ -30,12 +31,16 @@ PORTS_WAIT = 10.0
 
 
 class RunHandler(ResourceHandler):
-    """Create, scale, refresh and stop runs on the built-in local fleet."""
+    """Create, scale, refresh and stop runs on the agents of their fleet's machines.
+
+    Only machines a provider has without being asked (`Provider.implicit_instances`: the
+    built-in local fleet) are reached so far.
+    """
 
     def __init__(
-        self, local: LocalProvider, secrets: SecretStore, deployment: str | Deployment
+        self, providers: FleetProviders, secrets: SecretStore, deployment: str | Deployment
     ) -> None:
-        self.local = local
+        self.providers = providers
         self.secrets = secrets
         self._deployment = deployment
 
@@ -45,18 +50,14 @@ class RunHandler(ResourceHandler):
         return str(self._deployment)
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
-        if provider == LocalProvider.name:
+        if provider == LOCAL_PROVIDER:
             return None
         # agent_for reaches only the local fleet's agent so far
         return f"the {provider} provider cannot run {kind}s in this version (only the local fleet)"
 
     async def agent_for(self, fleet: str, address: str) -> AgentClient:
-        """The agent client of the fleet a run is on (only the local fleet has one so far)."""
-        if fleet != LOCAL_FLEET:
-            raise ProviderError(
-                "fleet", f"fleet {fleet!r} has no provider in this version yet", address
-            )
-        return await self.local.agent()
+        """The agent client of the fleet a run is on (see `fleet_agent`)."""
+        return await fleet_agent(self.providers, fleet, address)
 
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
         assert change.after is not None
@@ -179,6 +180,22 @@ class RunHandler(ResourceHandler):
 
         # all jobs stop in parallel (each may wait out its graceful window), at most N at once
         await asyncio.gather(*(one(i) for i in ids))
+
+
+async def fleet_agent(providers: FleetProviders, fleet: str, address: str) -> AgentClient:
+    """The agent client of the machine `fleet`'s provider has for it without being asked
+    (only the local fleet has one so far), for the run at `address`."""
+    provider = providers(fleet)
+    if provider is None:
+        raise ProviderError(
+            "fleet", f"fleet {fleet!r} has no provider in this version yet", address
+        )
+    machines = provider.implicit_instances(fleet)
+    if not machines:
+        raise ProviderError(
+            provider.name, f"fleet {fleet!r} has no machine runs can reach yet", address
+        )
+    return await provider.agent(machines[0])
 
 
 def stop_seconds(spec: RunSpec) -> float:

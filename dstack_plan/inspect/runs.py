@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dstack_plan.agent.api_models import PublishedPort
 from dstack_plan.apply.run_records import JobRecord, RunRecord
-from dstack_plan.apply.runs import fleet_of
+from dstack_plan.apply.runs import fleet_agent, fleet_of
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.state.model import ResourceState, State
@@ -108,11 +108,7 @@ def find_run(state: State, ref: str) -> ResourceState:
 
 async def agent_for(project: Project, fleet: str, address: str) -> AgentClient:
     """The agent client of the fleet a run is on, as the run handler reaches it."""
-    from dstack_plan.apply.runs import RunHandler
-
-    handler = project.handlers()["task"]
-    assert isinstance(handler, RunHandler)
-    return await handler.agent_for(fleet, address)
+    return await fleet_agent(project.fleet_provider, fleet, address)
 
 
 def job_records(run: ResourceState) -> list[JobRecord]:

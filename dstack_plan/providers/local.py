@@ -19,7 +19,7 @@ import platform
 import socket
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dstack_plan.agent.api_models import ConnectionInfo, HostFacts, JobInfo, JobStatus, LogChunk
 from dstack_plan.agent.client import FOLLOW_IDLE_TIMEOUT, AgentClient
@@ -28,11 +28,16 @@ from dstack_plan.agent.http import Response
 from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.providers.base import GPU, Instance, MachineResources, Offer, Provider
 
+if TYPE_CHECKING:
+    from dstack_plan.config.resources import ResourcesSpec
+
 LOCAL_FLEET = "local"
+LOCAL_PROVIDER = "local"
 AGENT_START_TIMEOUT = 15.0
 
 
 def resources_from_facts(facts: HostFacts) -> MachineResources:
+    """What a machine has, from the host facts its agent (or this process) gathered."""
     arm = facts.arch.lower() in ("aarch64", "arm64")
     return MachineResources(
         cpus=facts.cpus,
@@ -47,7 +52,9 @@ def resources_from_facts(facts: HostFacts) -> MachineResources:
 
 
 class LocalProvider(Provider):
-    name = "local"
+    """This machine as the one instance of the implicit fleet `local`."""
+
+    name = LOCAL_PROVIDER
 
     def __init__(self, agent_dir: str | Path | None = None):
         self.agent_dir = Path(agent_dir) if agent_dir else default_agent_dir()
@@ -55,53 +62,69 @@ class LocalProvider(Provider):
         self.started: ConnectionInfo | None = None
         """The agent this provider started (None: it started none)."""
 
-    async def _facts(self) -> HostFacts:
-        client = await self.agent()
-        return await client.host_facts()
+    def implicit_instances(self, fleet: str) -> list[Instance]:
+        """This machine, for the implicit fleet `local` (partial: `refresh` adds resources)."""
+        return [self._this_machine()] if fleet == LOCAL_FLEET else []
 
-    def instance(self, resources: MachineResources) -> Instance:
-        return Instance(
-            provider=self.name,
-            id=f"local:{socket.gethostname()}",
-            name=f"{LOCAL_FLEET}-0",
-            fleet=LOCAL_FLEET,
-            hostname=socket.gethostname(),
-            resources=resources,
-        )
+    async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:
+        """This machine, free, unless `requirements` could never fit it (its host facts:
+        gathered in-process, or from the agent if it runs; well under a second)."""
+        from dstack_plan.scheduler.matching import static_mismatch
 
-    async def local_instance(self) -> tuple[Instance, int]:
-        """This machine as an instance, and how many of its GPUs are free now."""
-        facts = await self._facts()
-        free = len(facts.gpus) - len(facts.gpus_allocated)
-        return self.instance(resources_from_facts(facts)), free
-
-    async def offers(self) -> list[Offer]:
-        instance, _ = await self.local_instance()
+        resources = resources_from_facts(await self._facts())
+        if requirements is not None and static_mismatch(requirements, resources) is not None:
+            return []
         return [
             Offer(
                 provider=self.name,
                 instance_type=f"local ({platform.machine()})",
                 region="local",
-                resources=instance.resources,
+                resources=resources,
                 price_per_hour=0.0,
                 availability="idle",
             )
         ]
 
     async def create_instances(self, fleet: str, offer: Offer, count: int) -> list[Instance]:
+        """Refused at once: there is one machine, this one, and it already exists."""
         raise ProviderError(self.name, "the local provider has exactly one machine: this one")
 
     async def refresh(self, instances: Sequence[Instance]) -> list[Instance]:
-        return list(instances)
+        """Those of `instances` that are this machine, with its resources now (host facts,
+        as `offers`); any other (a state moved from another machine) no longer exists here."""
+        mine = [i for i in instances if i.provider == self.name and i.id == _machine_id()]
+        if not mine:
+            return []
+        resources = resources_from_facts(await self._facts())
+        return [i.model_copy(update={"resources": resources}) for i in mine]
 
     async def terminate(self, instances: Sequence[Instance]) -> None:
-        return None  # this machine is not ours to terminate
+        """Returns at once: this machine is not ours to terminate."""
+        return None
 
-    async def agent(self, instance: Instance | None = None) -> AgentClient:
-        """The agent on this machine: started when a request needs it (see module doc)."""
+    async def agent(self, instance: Instance) -> AgentClient:
+        """The agent on this machine (every local instance is this machine): see `client`."""
+        return self.client()
+
+    def client(self) -> AgentClient:
+        """The agent on this machine, started when a request needs it (see module doc).
+
+        No I/O; the same client until `close`."""
         if self._client is None:
             self._client = LocalAgentClient(self)
         return self._client
+
+    async def _facts(self) -> HostFacts:
+        return await self.client().host_facts()
+
+    def _this_machine(self) -> Instance:
+        return Instance(
+            provider=self.name,
+            id=_machine_id(),
+            name=f"{LOCAL_FLEET}-0",
+            fleet=LOCAL_FLEET,
+            hostname=socket.gethostname(),
+        )
 
     def idle(self) -> bool:
         """No agent runs here and none ever left a job record: no job exists on this machine."""
@@ -205,6 +228,10 @@ class LocalAgentClient(AgentClient):
     async def aclose(self) -> None:
         if self._agent is not None:
             await self._agent.aclose()
+
+
+def _machine_id() -> str:
+    return f"local:{socket.gethostname()}"
 
 
 def _has_entries(directory: Path) -> bool:

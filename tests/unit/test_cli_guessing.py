@@ -237,14 +237,15 @@ def test_the_local_agent_is_not_started_to_learn_that_nothing_runs(
 ) -> None:
     async def ask() -> tuple[int, int, bool]:
         provider = LocalProvider()
-        agent = await provider.agent()
+        [machine] = await provider.refresh(provider.implicit_instances("local"))
+        agent = await provider.agent(machine)
         jobs = await agent.list_jobs()
-        instance, free = await provider.local_instance()
+        assert machine.resources is not None
         with pytest.raises(Exception, match="no job with id 'x'") as error:
             await agent.get_job("x")
         assert getattr(error.value, "status", None) == 404
         await provider.close()
-        return len(jobs), instance.resources.cpus, provider.started is None
+        return len(jobs), machine.resources.cpus, provider.started is None
 
     jobs, cpus, none_started = asyncio.run(ask())
     assert (jobs, none_started) == (0, True)

@@ -27,6 +27,7 @@ from dstack_plan.errors import AgentError, PlanError, ProviderError
 from dstack_plan.plan.model import Action, Crash, Plan, ResourceChange
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
 from dstack_plan.project import Project
+from dstack_plan.providers.local import LocalProvider
 from dstack_plan.state import LocalBackend, ResourceState, State
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -116,7 +117,7 @@ def test_handlers_say_what_they_cannot_create() -> None:
     assert UnsupportedHandler().cannot_create("gateway", "aws") == (
         "the aws provider cannot create gateways in this version"
     )
-    runs = RunHandler(None, SecretStore(Path(".")), "abc")  # type: ignore[arg-type]
+    runs = RunHandler(lambda fleet: None, SecretStore(Path(".")), "abc")
     assert runs.cannot_create("task", "local") is None
     assert runs.cannot_create("service", "ssh") == (
         "the ssh provider cannot run services in this version (only the local fleet)"
@@ -284,13 +285,14 @@ class FakeAgent:
         return self.jobs[job_id]
 
 
-class FakeLocal:
-    name = "local"
+class FakeLocal(LocalProvider):
+    """This machine's provider, with a fake agent."""
 
     def __init__(self, agent: FakeAgent) -> None:
+        super().__init__()
         self._agent = agent
 
-    async def agent(self, instance: Any = None) -> FakeAgent:
+    async def agent(self, instance: Any) -> Any:
         return self._agent
 
     async def close(self) -> None:
@@ -303,7 +305,8 @@ def run_entry(address: str, *job_ids: str, status: str = "running") -> ResourceS
 
 
 def refreshed(current: ResourceState, *jobs: JobInfo) -> Any:
-    runs = RunHandler(FakeLocal(FakeAgent(*jobs)), SecretStore(Path(".")), "abc")  # type: ignore[arg-type]
+    local = FakeLocal(FakeAgent(*jobs))
+    runs = RunHandler(lambda fleet: local, SecretStore(Path(".")), "abc")
     return asyncio.run(runs.refresh_many([current], ApplyContext()))[current.address]
 
 
@@ -376,9 +379,7 @@ def test_project_refresh_reports_crashed_runs_to_the_plan(tmp_path: Path) -> Non
     path = tmp_path / "state.json"
     LocalBackend(path).write(state_of(run_entry("service.llm", "x0")), "absent")
     project = Project(tmp_path, state_path=path, agent_dir=tmp_path / "a")
-    project.local = FakeLocal(  # type: ignore[assignment]
-        FakeAgent(job("x0", "failed", EXITED, "exited with code 1", 1))
-    )
+    project.local = FakeLocal(FakeAgent(job("x0", "failed", EXITED, "exited with code 1", 1)))
     refresh = asyncio.run(project.refresh())
     assert refresh.drift == {}
     assert refresh.crashed == {

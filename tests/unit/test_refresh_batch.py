@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,8 @@ from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.model import DEPOSED_KEY, ResourceChange
 from dstack_plan.project import Project
+from dstack_plan.providers.base import Provider
+from dstack_plan.providers.local import LocalProvider
 from dstack_plan.state import LocalBackend, ResourceState, State
 
 NOW = datetime(2025, 1, 2, 12, 0, tzinfo=timezone.utc)
@@ -49,12 +51,15 @@ class FakeAgent:
         return self.jobs[job_id]
 
 
-class FakeLocal:
+class FakeLocal(LocalProvider):
+    """This machine's provider, with a fake agent."""
+
     def __init__(self, agent: FakeAgent):
+        super().__init__()
         self._agent = agent
         self.asked = 0
 
-    async def agent(self, instance: Any = None) -> FakeAgent:
+    async def agent(self, instance: Any) -> Any:
         self.asked += 1
         return self._agent
 
@@ -92,7 +97,12 @@ AGENT_JOBS = {"live-0": "running", "live-1": "pulling", "fin-0": "done", "mix-1"
 
 def handler(agent: FakeAgent) -> tuple[RunHandler, FakeLocal]:
     local = FakeLocal(agent)
-    return RunHandler(local, SecretStore(Path(".")), "abc123"), local  # type: ignore[arg-type]
+    return RunHandler(_only_local(local), SecretStore(Path(".")), "abc123"), local
+
+
+def _only_local(local: FakeLocal) -> Callable[[str], Provider | None]:
+    """A fleet resolver with the local fleet only, as a project without fleets has."""
+    return lambda fleet: local if fleet == "local" else None
 
 
 def test_refresh_many_answers_as_refresh_does_with_one_listing() -> None:

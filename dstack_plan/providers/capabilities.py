@@ -1,0 +1,110 @@
+"""What a provider can do beyond machines: volumes and gateways, opted into with a mixin.
+
+A provider that supports a feature also subclasses its `ProviderWith*` class, as dstack's
+`ComputeWith*` classes do; `supports` detects it with `issubclass`, so asking needs no
+instance (and no I/O). The base `Provider` has no stubs for these: a provider without the
+mixin simply does not have the methods.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from dstack_plan.providers.base import Provider
+
+if TYPE_CHECKING:
+    from dstack_plan.config.gateway import GatewaySpec
+    from dstack_plan.config.volume import VolumeSpec
+
+
+class Volume(BaseModel):
+    """A network disk a provider holds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str
+    id: str
+    name: str
+    region: str
+    size_gb: float | None = None
+    """None while not known (a partial volume, before `refresh_volumes` completes it)."""
+    external: bool = False
+    """Registered by `volume_id`, not created: never deleted physically."""
+    status: Literal["submitted", "provisioning", "active", "failed"] = "submitted"
+
+
+class Gateway(BaseModel):
+    """A public machine that serves a project's services."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str
+    id: str
+    name: str
+    region: str
+    hostname: str | None = None
+    """Its public address, None until it is known."""
+    status: Literal["submitted", "provisioning", "running", "failed"] = "submitted"
+
+
+class ProviderWithVolumes(ABC):
+    """A provider that creates, registers and deletes network volumes."""
+
+    @abstractmethod
+    async def create_volume(self, spec: VolumeSpec) -> Volume:
+        """Start creating the volume `spec` describes, or register the one its `volume_id`
+        names, and return it as soon as the provider accepted the request (seconds; a
+        partial volume that `refresh_volumes` completes).
+
+        Not idempotent: the caller records the returned id at once; after a crash it finds
+        a cut-short create by the provider's tags and deletes it.
+        """
+
+    @abstractmethod
+    async def refresh_volumes(self, volumes: Sequence[Volume]) -> list[Volume]:
+        """The given volumes as they are now; those that no longer exist are left out.
+        One batch of reads (seconds), no side effects."""
+
+    @abstractmethod
+    async def delete_volume(self, volume: Volume) -> None:
+        """Start deleting a created volume (a registered one is only forgotten) and return.
+        Idempotent: a volume already gone returns silently."""
+
+
+class ProviderWithGateways(ABC):
+    """A provider that creates and terminates gateways."""
+
+    @abstractmethod
+    async def create_gateway(self, spec: GatewaySpec) -> Gateway:
+        """Start creating the gateway `spec` describes and return it as soon as the
+        provider accepted the request (seconds; `hostname` may be None until
+        `refresh_gateways` completes it). Not idempotent, as `create_volume`."""
+
+    @abstractmethod
+    async def refresh_gateways(self, gateways: Sequence[Gateway]) -> list[Gateway]:
+        """The given gateways as they are now; those that no longer exist are left out.
+        One batch of reads (seconds), no side effects."""
+
+    @abstractmethod
+    async def terminate_gateway(self, gateway: Gateway) -> None:
+        """Start terminating a gateway and return. Idempotent: one already gone returns
+        silently."""
+
+
+Capability = type[ProviderWithVolumes] | type[ProviderWithGateways]
+
+CAPABILITY_OF_KIND: dict[str, Capability] = {
+    "volume": ProviderWithVolumes,
+    "gateway": ProviderWithGateways,
+}
+"""The capability a provider needs to hold a resource of each kind that is not a machine."""
+
+
+def supports(provider: Provider | type[Provider], capability: Capability) -> bool:
+    """Whether `provider` (a class or an instance) has `capability`."""
+    cls = provider if isinstance(provider, type) else type(provider)
+    return issubclass(cls, capability)

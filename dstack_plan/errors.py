@@ -70,3 +70,27 @@ class AgentError(DstackPlanError):
         self.host = host
         self.status = status
         super().__init__(f"{host}: {message}")
+
+
+class SSHError(DstackPlanError):
+    """An SSH host could not be reached, refused the login, or failed a pre-flight check."""
+
+    def __init__(self, host: str, message: str):
+        self.host = host
+        self.detail = message
+        super().__init__(f"{host}: {message}")
+
+
+class HostKeyChangedError(SSHError):
+    """A host presented a key other than the pinned (or known_hosts) one."""
+
+    def __init__(self, host: str, expected: str, got: str, source: str):
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            host,
+            "WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! The host key is "
+            f"{got}, but {source} has {expected}. Someone could be intercepting the "
+            "connection, or the host was reinstalled. If you expect the change, re-trust "
+            "it explicitly (`dstack fleet trust FLEET HOST`).",
+        )

@@ -6,8 +6,11 @@ set -euo pipefail
 need_pkgs=()
 command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 [ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || need_pkgs+=(busybox-static)
+# the SSH tests' namespace hosts (tests/infra/ssh_hosts.py): sshd, ssh-keygen, ip, ss, unshare
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
+command -v unshare >/dev/null 2>&1 || need_pkgs+=(util-linux)
 # a private registry with basic auth, for the registry_auth tests
 command -v docker-registry >/dev/null 2>&1 || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)

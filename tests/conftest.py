@@ -57,3 +57,19 @@ def docker_client():
         require("DSTACK_PLAN_REQUIRE_DOCKER", f"no Docker engine answers: {e}")
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts(tmp_path_factory: pytest.TempPathFactory):
+    """Namespace hosts running sshd (tests/infra/ssh_hosts.py); skips (or fails under
+    DSTACK_PLAN_REQUIRE_SSH=1) where they cannot be made."""
+    from tests.infra.ssh_hosts import SSHTestHosts, available
+
+    reason = available()
+    if reason is not None:
+        require("DSTACK_PLAN_REQUIRE_SSH", reason)
+    hosts = SSHTestHosts(tmp_path_factory.mktemp("ssh-hosts"))
+    try:
+        yield hosts.up()
+    finally:
+        hosts.down()

@@ -12,6 +12,8 @@ ALLOWED_NETWORKS = [
     ipaddress.ip_network("127.0.0.0/8"),
     ipaddress.ip_network("::1/128"),
     ipaddress.ip_network("10.200.0.0/24"),  # the namespace test hosts
+    ipaddress.ip_network("10.213.0.0/24"),  # tests/infra/ssh_hosts.py: hosts on the bridge
+    ipaddress.ip_network("10.214.0.0/24"),  # tests/infra/ssh_hosts.py: behind the jump host
     ipaddress.ip_network("0.0.0.0/32"),
 ]
 
@@ -37,6 +39,10 @@ def is_allowed(host: Any) -> bool:
 
 def guarded_getaddrinfo(real: Callable[..., Any]) -> Callable[..., Any]:
     def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host.endswith(".invalid"):
+            # RFC 6761: never resolves; answered here, as a resolver would, without a query,
+            # so tests can check how code reports an unknown host
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         if not is_allowed(host):
             raise StrayNetworkAccess(f"test tried to resolve {host!r}: only loopback is allowed")
         return real(host, *args, **kwargs)

@@ -1,0 +1,258 @@
+"""SSH test hosts: network namespaces with their own addresses, each running OpenSSH `sshd`.
+
+Layout (all created here, torn down at the end; a previous run's leftovers are removed first):
+
+- bridge `br-dpssh` 10.213.0.1/24 in the root namespace; hosts `dpssh-<name>` at 10.213.0.11...
+- `jump` is also on a private link 10.214.0.1/30 to `inner` (10.214.0.2), which is NOT on the
+  bridge: the root namespace has no route to it, so only a proxy_jump through `jump` reaches it.
+- every host has its own ed25519 host key (regenerate one and restart its sshd to test a
+  changed key) and accepts the one client key; root's slow `~/.bashrc` is hidden per host.
+- `bare` logs in with a PATH that has neither python3 nor docker, and forbids TCP forwarding;
+  `gpu` has a fake `nvidia-smi` first on its PATH.
+
+Needs root, `ip netns` and /usr/sbin/sshd; `available()` says why not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BRIDGE = "br-dpssh"
+PREFIX = "dpssh-"
+SUBNET = "10.213.0"
+INNER_NET = "10.214.0.0/24"
+SSHD = "/usr/sbin/sshd"
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  -L) echo "GPU 0: NVIDIA Fake A100 (UUID: GPU-fake-0)" ;;
+  *) echo "0, NVIDIA Fake A100, 81920, GPU-fake-0" ;;
+esac
+"""
+
+
+@dataclass
+class SSHTestHost:
+    """One namespace host: `address` is what the controller connects to (port 22)."""
+
+    name: str
+    address: str
+    directory: Path
+    sshd_options: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def netns(self) -> str:
+        return PREFIX + self.name
+
+    @property
+    def host_key(self) -> Path:
+        return self.directory / "host_ed25519"
+
+    def public_host_key(self) -> str:
+        return (self.directory / "host_ed25519.pub").read_text().split()[1]
+
+
+def available() -> str | None:
+    """None when namespace hosts can be made here, else the reason they cannot."""
+    if os.geteuid() != 0:
+        return "SSH test hosts need root (network namespaces)"
+    if not Path(SSHD).exists():
+        return f"SSH test hosts need OpenSSH's {SSHD} (Debian: openssh-server)"
+    if shutil.which("ip") is None:
+        return "SSH test hosts need `ip` (Debian: iproute2)"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"`ip netns` does not work here: {probe.stderr.strip()}"
+    return None
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    subprocess.run(["ip", *args], check=check, capture_output=True)
+
+
+class SSHTestHosts:
+    """The whole test network; `up()` builds it, `down()` removes it (and any leftovers)."""
+
+    def __init__(self, directory: Path, names: tuple[str, ...] = ("h1", "h2", "h3")):
+        self.directory = directory
+        self.client_key = directory / "client_ed25519"
+        self.hosts: dict[str, SSHTestHost] = {}
+        for i, name in enumerate((*names, "bare", "gpu", "jump")):
+            self.hosts[name] = SSHTestHost(name, f"{SUBNET}.{11 + i}", directory / name)
+        self.hosts["inner"] = SSHTestHost("inner", "10.214.0.2", directory / "inner")
+        self.fake_bin = directory / "fake-bin"
+        self.bare_bin = directory / "bare-bin"
+
+    def __getitem__(self, name: str) -> SSHTestHost:
+        return self.hosts[name]
+
+    # -- building
+
+    def up(self) -> SSHTestHosts:
+        self.down()  # a killed run may have left namespaces, a bridge or sshd processes behind
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        _keygen(self.client_key)
+        (self.directory / "authorized_keys").write_text(
+            (self.directory / "client_ed25519.pub").read_text()
+        )
+        (self.directory / "empty_bashrc").write_text("")
+        self._make_bins()
+        _ip("link", "add", BRIDGE, "type", "bridge")
+        _ip("addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+        _ip("link", "set", BRIDGE, "up")
+        for host in self.hosts.values():
+            _ip("netns", "add", host.netns)
+            _ip("-n", host.netns, "link", "set", "lo", "up")
+        for host in self.hosts.values():
+            if host.name == "inner":
+                continue
+            veth = f"v{host.netns}"[:15]
+            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+            _ip("link", "set", veth, "master", BRIDGE, "up")
+            _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
+            _ip("-n", host.netns, "link", "set", "eth0", "up")
+        jump, inner = self.hosts["jump"].netns, self.hosts["inner"].netns
+        peer = ("peer", "name", "eth0", "netns", inner)
+        _ip("-n", jump, "link", "add", "eth1", "type", "veth", *peer)
+        _ip("-n", jump, "addr", "add", "10.214.0.1/30", "dev", "eth1")
+        _ip("-n", inner, "addr", "add", "10.214.0.2/30", "dev", "eth0")
+        _ip("-n", jump, "link", "set", "eth1", "up")
+        _ip("-n", inner, "link", "set", "eth0", "up")
+        # without this the root namespace would send packets for `inner` to its default
+        # gateway (off the machine); now a direct connection fails at once, locally
+        _ip("route", "add", "unreachable", INNER_NET)
+        self.hosts["bare"].sshd_options = [f"SetEnv PATH={self.bare_bin}", "AllowTcpForwarding no"]
+        self.hosts["gpu"].sshd_options = [f"SetEnv PATH={self.fake_bin}:/usr/bin:/bin"]
+        for host in self.hosts.values():
+            host.directory.mkdir(parents=True, exist_ok=True)
+            _keygen(host.host_key)
+            self.start(host.name, wait=False)
+        for host in self.hosts.values():
+            self._wait_listening(host)
+        return self
+
+    def _make_bins(self) -> None:
+        self.fake_bin.mkdir(exist_ok=True)
+        smi = self.fake_bin / "nvidia-smi"
+        smi.write_text(FAKE_NVIDIA_SMI)
+        smi.chmod(0o755)
+        # a PATH with the usual tools but no python3 and no docker
+        self.bare_bin.mkdir(exist_ok=True)
+        for directory in (Path("/usr/bin"), Path("/bin")):
+            for tool in directory.iterdir():
+                link = self.bare_bin / tool.name
+                if tool.name.startswith(("python", "docker", "sudo")) or link.exists():
+                    continue
+                link.symlink_to(tool)
+
+    def _config(self, host: SSHTestHost) -> Path:
+        lines = [
+            f"ListenAddress {host.address}",
+            "Port 22",
+            f"HostKey {host.host_key}",
+            f"PidFile {host.directory / 'sshd.pid'}",
+            f"AuthorizedKeysFile {self.directory / 'authorized_keys'}",
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "MaxStartups 100:30:200",
+            "MaxSessions 50",
+            "Subsystem sftp /usr/lib/openssh/sftp-server",
+            *host.sshd_options,
+        ]
+        config = host.directory / "sshd_config"
+        config.write_text("\n".join(lines) + "\n")
+        return config
+
+    # -- changing one host
+
+    def start(self, name: str, wait: bool = True) -> None:
+        """Start (or restart) the host's sshd."""
+        host = self.hosts[name]
+        self.stop(name)
+        config = self._config(host)
+        script = (
+            f"hostname {host.name}; mount --bind {self.directory / 'empty_bashrc'} /root/.bashrc;"
+            f" exec {SSHD} -D -e -f {config}"
+        )
+        with open(host.directory / "sshd.log", "ab") as log:
+            # `ip netns exec` gives a private mount namespace (the bind mount stays local) and
+            # `unshare --uts` a private hostname; both exec, so the pid is sshd's
+            host.process = subprocess.Popen(
+                ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c", script],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        if wait:
+            self._wait_listening(host)
+
+    def stop(self, name: str) -> None:
+        """Stop the host's sshd (connections are then refused)."""
+        host = self.hosts[name]
+        if host.process is not None:
+            host.process.kill()
+            host.process.wait()
+            host.process = None
+
+    def new_host_key(self, name: str) -> None:
+        """Give the host a new host key and restart its sshd."""
+        host = self.hosts[name]
+        host.host_key.unlink()
+        Path(f"{host.host_key}.pub").unlink()
+        _keygen(host.host_key)
+        self.start(name)
+
+    def _wait_listening(self, host: SSHTestHost) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            listening = subprocess.run(
+                ["ip", "netns", "exec", host.netns, "ss", "-Hltn", "sport", "= :22"],
+                capture_output=True,
+                text=True,
+            )
+            if listening.stdout.strip():
+                return
+            if host.process is not None and host.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        log = (host.directory / "sshd.log").read_text(errors="replace")
+        raise RuntimeError(f"sshd of test host {host.name} did not start:\n{log}")
+
+    # -- tearing down
+
+    def down(self) -> None:
+        """Remove every namespace host, including ones a previous run left behind."""
+        for host in self.hosts.values():
+            if host.process is not None:
+                self.stop(host.name)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        for line in listed.stdout.splitlines():
+            netns = line.split()[0] if line.split() else ""
+            if not netns.startswith(PREFIX):
+                continue
+            pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True)
+            for pid in pids.stdout.split():
+                try:
+                    os.kill(int(pid), 9)
+                except ProcessLookupError:
+                    pass
+            _ip("netns", "del", netns, check=False)
+        _ip("link", "del", BRIDGE, check=False)
+        _ip("route", "del", "unreachable", INNER_NET, check=False)
+
+
+def _keygen(path: Path) -> None:
+    if not path.exists():
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", str(path)],
+            check=True,
+        )

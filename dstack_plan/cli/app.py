@@ -70,7 +70,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "graph": ("graph_cmd", "graph", {}),
 }
 # name -> module whose `app` is a typer group of subcommands
-_GROUPS: dict[str, str] = {"state": "state_cmd"}
+_GROUPS: dict[str, str] = {"state": "state_cmd", "fleet": "fleet_cmd"}
 # the global options (see `_global`), split by whether they take a value
 _GLOBAL_FLAGS = ("--debug", "--no-color")
 _GLOBAL_VALUE_OPTIONS = ("--log-level", "--log-format")

@@ -172,6 +172,14 @@ class SSHConfig(Strict):
     # Hosts without a user, duplicate hosts and internal_ip/network conflicts are refused by
     # the plan (plan/limits.py), as dstack's server does: its parser accepts them.
 
+    def endpoint(self, host: SSHHost) -> tuple[str, int]:
+        """Where `host` is reached: its hostname and port (its own, else the fleet's).
+
+        Hosts are told apart by both: several VMs behind one address on different ports
+        are distinct hosts.
+        """
+        return host.hostname, host.port or self.port
+
 
 class FleetSpec(ResourceSpec, PlacementParams):
     type: Literal["fleet"] = "fleet"

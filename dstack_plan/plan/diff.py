@@ -46,13 +46,21 @@ def diff_specs(kind: str, before: dict[str, Any], after: dict[str, Any]) -> Spec
 def _updatable(kind: str, path: str, before: dict[str, Any], after: dict[str, Any]) -> bool:
     if kind == "fleet" and path == "ssh_config.hosts":
         return _only_hosts_added_or_removed(
-            get_path(before, path) or [], get_path(after, path) or []
+            _hosts_by_endpoint(get_path(before, "ssh_config")),
+            _hosts_by_endpoint(get_path(after, "ssh_config")),
         )
     return is_in_place(kind, path)
 
 
-def _only_hosts_added_or_removed(before: list[Any], after: list[Any]) -> bool:
+def _hosts_by_endpoint(ssh: Any) -> dict[tuple[Any, Any], Any]:
+    """An SSH config's hosts by (hostname, port): one address may serve several hosts."""
+    if not isinstance(ssh, dict):
+        return {}
+    port = ssh.get("port", 22)
+    hosts = [h for h in ssh.get("hosts") or [] if isinstance(h, dict)]
+    return {(h.get("hostname"), h.get("port") or port): h for h in hosts}
+
+
+def _only_hosts_added_or_removed(old: dict[Any, Any], new: dict[Any, Any]) -> bool:
     """SSH fleet hosts may come and go in place; changing a kept host's settings may not."""
-    old = {h.get("hostname"): h for h in before if isinstance(h, dict)}
-    new = {h.get("hostname"): h for h in after if isinstance(h, dict)}
-    return all(old[name] == new[name] for name in old.keys() & new.keys())
+    return all(old[key] == new[key] for key in old.keys() & new.keys())

@@ -4,8 +4,8 @@ A file with these problems loads (dstack's parser accepts it), but `plan` and `v
 refuse it, each problem located at the offending key as a load error would be:
 
 - fleets: `nodes` (cloud) or `ssh_config` (SSH), not neither, not both; the fields only one
-  kind takes; SSH hosts with a user, listed once, with `internal_ip` on all or none of them
-  (and not together with `network`);
+  kind takes; SSH hosts with a user, listed once (by hostname and port), with `internal_ip`
+  on all or none of them (and not together with `network`);
 - gateways: at most 3 `replicas`, and more than one only without a Let's Encrypt certificate;
 - references to another project's fleet or gateway (a project here is one directory: there
   is no other project to look in);
@@ -93,14 +93,17 @@ def _fleet(spec: FleetSpec) -> Iterator[Found]:
 
 
 def _hosts(ssh: SSHConfig) -> Iterator[Found]:
-    seen: set[str] = set()
+    seen: dict[tuple[str, int], int] = {}  # (hostname, port) -> index of its first entry
     for index, host in enumerate(ssh.hosts):
         where = ("ssh_config", "hosts", index)
         if not (host.user or ssh.user):
             yield where, f"host {host.hostname}: no user (set ssh_config.user or the host's)"
-        if host.hostname in seen:
-            yield where, f"host {host.hostname} is listed twice"
-        seen.add(host.hostname)
+        endpoint = ssh.endpoint(host)
+        if endpoint in seen:
+            name, port = endpoint
+            first = f"ssh_config.hosts[{seen[endpoint]}]"
+            yield where, f"host {name} port {port} is listed twice (first as {first})"
+        seen.setdefault(endpoint, index)
     with_ip = [h.internal_ip is not None for h in ssh.hosts]
     if any(with_ip) and not all(with_ip):
         yield ("ssh_config", "hosts"), "internal_ip must be set on all hosts or on none"

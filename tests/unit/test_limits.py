@@ -47,7 +47,7 @@ LIMITS = [
     (
         "ssh-host-twice",
         SSH + "  user: u\n  hosts: [h1, h1]\n",
-        "5:15: host h1 is listed twice",
+        "5:15: host h1 port 22 is listed twice (first as ssh_config.hosts[0])",
     ),
     (
         "internal-ip-on-some-hosts",

@@ -97,7 +97,9 @@ def test_unchanged_project_is_a_noop_also_after_reordering(tmp_path: Path) -> No
         (FLEET, FLEET.replace("nodes: 2", "nodes: 4"), Action.UPDATE, "nodes.max"),
         (FLEET, FLEET + "placement: cluster\n", Action.DELETE_THEN_CREATE, "placement"),
         (SSH_FLEET, SSH_FLEET + "    - h3\n", Action.UPDATE, "ssh_config.hosts"),
-        (SSH_FLEET, SSH_FLEET.replace("2222", "2223"), Action.DELETE_THEN_CREATE,
+        # a host is its hostname and port: another port is another host, added in place
+        (SSH_FLEET, SSH_FLEET.replace("2222", "2223"), Action.UPDATE, "ssh_config.hosts"),
+        (SSH_FLEET, SSH_FLEET.replace("2222", "2222\n      user: v"), Action.DELETE_THEN_CREATE,
          "ssh_config.hosts"),
         (VOLUME, VOLUME.replace("100GB", "200GB") + "lifecycle: {prevent_destroy: false}\n",
          Action.DELETE_THEN_CREATE, "size"),

@@ -37,4 +37,11 @@ if ! docker info >/dev/null 2>&1; then
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
   docker info >/dev/null 2>&1 || { echo "test-deps: dockerd did not start" >&2; tail -20 /var/log/dstack-plan-dockerd.log >&2; exit 1; }
 fi
+# the fan-out benchmark (benchmarks/fanout.py) compares `dstack exec` with Ansible; no test needs it
+venv_bin="${VENV:-.venv}/bin"
+if [ -x "$venv_bin/pip" ] && [ ! -x "$venv_bin/ansible" ]; then
+  echo "test-deps: installing ansible-core into $venv_bin (benchmarks only)"
+  "$venv_bin/pip" install -q ansible-core \
+    || echo "test-deps: could not install ansible-core; benchmarks/fanout.py needs it" >&2
+fi
 echo "test-deps: ok"

@@ -68,6 +68,11 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "logs": ("logs_cmd", "logs", {}),
     "stop": ("stop_cmd", "stop", {}),
     "graph": ("graph_cmd", "graph", {}),
+    "exec": (
+        "exec_cmd",
+        "exec_",
+        {"cls": _RunArgsCommand, "context_settings": {"allow_extra_args": True}},
+    ),
 }
 # name -> module whose `app` is a typer group of subcommands
 _GROUPS: dict[str, str] = {"state": "state_cmd", "fleet": "fleet_cmd"}

@@ -1,0 +1,76 @@
+"""`dstack exec`: run a command on every host of the project's SSH fleets."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from dstack_plan.cli import common
+
+
+def exec_(
+    ctx: typer.Context,
+    directory: Path = common.DirArg,
+    files: list[str] = common.FilesOpt,
+    fleet: str = typer.Option(None, "--fleet", help="Only this fleet's hosts (its NAME)."),
+    hosts: str = typer.Option(
+        None, "--hosts", help="Only these hosts, comma-separated (HOST or HOST:PORT)."
+    ),
+    parallelism: int = typer.Option(
+        32, "--parallelism", min=1, help="Hosts to run on at the same time."
+    ),
+    as_json: bool = common.JsonOpt,
+) -> None:
+    """Run COMMAND (after `--`) on every host of the SSH fleets, concurrently.
+
+    Each output line is printed prefixed with its host's name, then a summary; the exit
+    code is 1 when any host failed (unreachable, or the command exited non-zero). The
+    arguments reach the host exactly as given (quoted, never re-split by a shell).
+    Host keys are checked against ~/.ssh/known_hosts; hosts it does not list are trusted
+    on first use for this run only (pins are not persisted yet).
+
+    Example: dstack exec --fleet gpus -- nvidia-smi -L
+    """
+    import asyncio
+
+    from dstack_plan.cli.app import RUN_ARGS
+    from dstack_plan.config.loader import load_project
+    from dstack_plan.gcpause import resume_after_startup
+    from dstack_plan.inspect.fanout import run_on_hosts, select_hosts
+
+    resume_after_startup()
+    common.require_directory(directory)
+    command: list[str] = ctx.meta.get(RUN_ARGS, [])
+    stdin = sys.stdin.read() if "-" in files else None
+    names = [n.strip() for n in hosts.split(",") if n.strip()] if hosts else []
+    selected = select_hosts(load_project(directory, files, stdin), fleet, names)
+    width = max(len(h.name) for h in selected)
+
+    def show(host: str, stream: str, line: str) -> None:
+        out = sys.stdout if stream == "stdout" else sys.stderr
+        out.write(f"{host:<{width}} | {line}\n")
+        out.flush()  # lines from a long command appear as they come
+
+    report = asyncio.run(
+        run_on_hosts(selected, command, on_line=None if as_json else show, parallelism=parallelism)
+    )
+    if as_json:
+        from dstack_plan.cli.output import print_json
+
+        print_json(
+            {
+                "command": list(report.command),
+                "hosts": [h.model_dump() for h in report.hosts],
+                "ok": not report.failed,
+                "summary": report.summary(),
+            }
+        )
+    else:
+        for failed in report.failed:
+            if failed.exit_code is None:  # a non-zero exit speaks for itself in its output
+                sys.stderr.write(f"{failed.host:<{width}} | error: {failed.error}\n")
+        sys.stdout.write(report.summary() + "\n")
+    if report.failed:
+        raise typer.Exit(1)

@@ -1,0 +1,322 @@
+"""The `ssh` provider: a fleet's on-prem hosts, each running an agent reached through SSH.
+
+    provider = SSHProvider({"gpus": targets}, host_keys=store)
+    instances = await provider.create_instances("gpus", offer, len(targets))
+    client = await provider.agent(instances[0])    # an AgentClient through the tunnel
+
+An SSH fleet's machines are the hosts its config lists: `create_instances` takes them all
+(pre-flight, install the agent, read its host facts), the offer says nothing about them. A host
+that fails does not fail the others: it comes back partial (`status` `pending`, no
+`resources`), and `problems` says what went wrong with it. Not wired into `Project` yet: its
+fleets are given to the constructor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from dstack_plan.agent.api_models import LogChunk
+from dstack_plan.agent.client import FOLLOW_IDLE_TIMEOUT, AgentClient
+from dstack_plan.agent.http import Response
+from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
+from dstack_plan.providers.base import Instance, Offer, Provider
+from dstack_plan.providers.local import resources_from_facts
+from dstack_plan.providers.ssh.connect import Connection, SSHPool
+from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, HostKeyStore, MemoryHostKeyStore
+from dstack_plan.providers.ssh.install import (
+    DEFAULT_AGENT_DIR,
+    AgentBundle,
+    RemoteAgent,
+    build_bundle,
+    find_agent,
+    install_agent,
+    stop_agent,
+)
+from dstack_plan.providers.ssh.models import SSHTarget
+from dstack_plan.providers.ssh.preflight import preflight
+from dstack_plan.providers.ssh.tunnel import AGENT_ADDRESS, tunnel
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from dstack_plan.config.resources import ResourcesSpec
+
+log = logging.getLogger(__name__)
+
+SSH_PROVIDER = "ssh"
+T = TypeVar("T")
+
+
+class SSHProvider(Provider):
+    """The hosts of SSH fleets (`fleets`: fleet name -> its hosts), one agent on each."""
+
+    name = SSH_PROVIDER
+
+    def __init__(
+        self,
+        fleets: Mapping[str, Sequence[SSHTarget]] | None = None,
+        *,
+        host_keys: HostKeyStore | None = None,
+        known_hosts: Path | None = None,
+        bundle: AgentBundle | None = None,
+        agent_dir: str = DEFAULT_AGENT_DIR,
+        need_containers: bool = False,
+        concurrency: int = 16,
+        connect_timeout: float = 10.0,
+    ):
+        self.fleets = {name: list(targets) for name, targets in (fleets or {}).items()}
+        self.agent_dir = agent_dir
+        """Where the agent goes on each host: relative to the login user's home unless
+        absolute."""
+        self.need_containers = need_containers
+        self.policy = HostKeyPolicy(host_keys or MemoryHostKeyStore(), known_hosts=known_hosts)
+        self.pool = SSHPool(self.policy, concurrency=concurrency, connect_timeout=connect_timeout)
+        self.problems: dict[str, str] = {}
+        """Instance name -> why the host failed the last create/refresh (cleared when it
+        answers again)."""
+        self.installed: dict[str, RemoteAgent] = {}
+        """Instance id -> the agent the last install found or started there."""
+        self._bundle = bundle
+        self._bundle_lock = asyncio.Lock()
+        self._bundle_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._limit = asyncio.Semaphore(concurrency)
+        self._clients: dict[str, SSHAgentClient] = {}
+
+    # -- the contract ------------------------------------------------------------------------
+
+    async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:
+        """None: an SSH fleet's machines are the hosts its config lists, not offers."""
+        return []
+
+    async def create_instances(self, fleet: str, offer: Offer, count: int) -> list[Instance]:
+        """Every host of `fleet` as an instance, the agent installed and started on each
+        (seconds per host, hosts side by side; `offer` is not used). `count` must be the number
+        of hosts. A host that fails comes back partial, with the reason in `problems`."""
+        hosts = self._hosts(fleet)
+        if count != len(hosts):
+            raise ProviderError(
+                self.name, f"the fleet has {len(hosts)} host(s), not {count}", f"fleet.{fleet}"
+            )
+        instances = [self._instance(fleet, i, target) for i, target in enumerate(hosts)]
+        done = await self._each(instances, self._provision)
+        return [i for i in done if i is not None]  # a failed host comes back, never None
+
+    async def refresh(self, instances: Sequence[Instance]) -> list[Instance]:
+        """Each of ours with its host facts now. A host that does not answer stays (it still
+        exists) as `pending`, with the reason in `problems`. An instance being terminated is
+        left out once its agent no longer runs. A live instance whose agent does not run (the
+        host rebooted) gets it started again, as any first request does. Hosts no longer
+        listed in their fleet's config are left out."""
+        mine = [i for i in instances if self._target(i) is not None]
+        return [i for i in await self._each(mine, self._observe) if i is not None]
+
+    async def terminate(self, instances: Sequence[Instance]) -> None:
+        """Stop the agent on each host (its files and any job containers stay). Idempotent;
+        raises one ProviderError naming every host that could not be reached, after trying all
+        of them."""
+
+        async def stop(instance: Instance) -> str | None:
+            target = self._target(instance)
+            if target is None:
+                return None
+            client = self._clients.pop(instance.id, None)
+            if client is not None:
+                await client.aclose()
+            try:
+                conn = await self.pool.connect(target)
+                await stop_agent(conn, target.name, agent_dir=self.agent_dir)
+            except DstackPlanError as e:
+                return str(e)
+            self.installed.pop(instance.id, None)
+            return None
+
+        failures = [f for f in await self._bounded([partial(stop, i) for i in instances]) if f]
+        if failures:
+            raise ProviderError(self.name, "could not stop every agent: " + "; ".join(failures))
+
+    async def agent(self, instance: Instance) -> AgentClient:
+        """The agent on `instance`'s host through an SSH tunnel, started (installed if need be)
+        when the first request needs it. No I/O here; the same client until `close`."""
+        target = self._target(instance)
+        if target is None:
+            raise ProviderError(self.name, "not a host of an SSH fleet here", instance.name)
+        client = self._clients.get(instance.id)
+        if client is None:
+            client = self._clients[instance.id] = SSHAgentClient(self, instance, target)
+        return client
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+        await self.pool.close()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    async def connect_agent(self, instance: Instance, target: SSHTarget) -> AgentClient:
+        """Install/start the agent on the host if needed and return a plain client through the
+        tunnel (what `SSHAgentClient` delegates to)."""
+        conn = await self.pool.connect(target)
+        remote = await install_agent(
+            conn, target.name, await self.bundle(), agent_dir=self.agent_dir
+        )
+        self.installed[instance.id] = remote
+
+        async def connection() -> Connection:
+            return await self.pool.connect(target)
+
+        return AgentClient(
+            f"http://{AGENT_ADDRESS}:{remote.port}",
+            remote.token,
+            host=target.name,
+            connect=tunnel(connection, remote.port),
+            # a refused channel is quick to tell; SSHAgentClient then finds the agent again
+            retries=1,
+        )
+
+    async def bundle(self) -> AgentBundle:
+        """The agent bundle to install: the one given, else built once (a fraction of a
+        second) into a temporary dir kept until this provider is collected."""
+        async with self._bundle_lock:
+            if self._bundle is None:
+                self._bundle_dir = tempfile.TemporaryDirectory(prefix="dstack-plan-ssh-")
+                out = Path(self._bundle_dir.name) / "agent.pyz"
+                self._bundle = await asyncio.to_thread(build_bundle, out)
+            return self._bundle
+
+    async def _provision(self, instance: Instance, target: SSHTarget) -> Instance:
+        conn = await self.pool.connect(target)
+        report = await preflight(
+            conn, target.name, need_containers=self.need_containers, agent_dir=self.agent_dir
+        )
+        report.raise_for_failures()
+        return await self._facts(instance, target)
+
+    async def _observe(self, instance: Instance, target: SSHTarget) -> Instance | None:
+        if instance.status not in ("terminating", "terminated"):
+            return await self._facts(instance, target)
+        conn = await self.pool.connect(target)
+        running = await find_agent(conn, target.name, agent_dir=self.agent_dir)
+        return None if running is None else instance
+
+    async def _facts(self, instance: Instance, target: SSHTarget) -> Instance:
+        client = await self.agent(instance)
+        facts = await client.host_facts()
+        status = "idle" if instance.status in ("pending", "provisioning") else instance.status
+        return instance.model_copy(
+            update={"resources": resources_from_facts(facts), "status": status}
+        )
+
+    async def _each(
+        self,
+        instances: Sequence[Instance],
+        step: Callable[[Instance, SSHTarget], Awaitable[Instance | None]],
+    ) -> list[Instance | None]:
+        """`step` on every instance, side by side (bounded); a failing host is kept (`pending`
+        unless it is being terminated) with its reason in `problems`, the others are not
+        affected."""
+
+        async def one(instance: Instance) -> Instance | None:
+            target = self._target(instance)
+            assert target is not None
+            try:
+                done = await step(instance, target)
+            except DstackPlanError as e:
+                log.warning("%s", e)
+                self.problems[instance.name] = str(e)
+                if instance.status in ("terminating", "terminated"):
+                    return instance
+                return instance.model_copy(update={"status": "pending"})
+            self.problems.pop(instance.name, None)
+            return done
+
+        return await self._bounded([partial(one, i) for i in instances])
+
+    async def _bounded(self, calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+        async def limited(call: Callable[[], Awaitable[T]]) -> T:
+            async with self._limit:
+                return await call()
+
+        return list(await asyncio.gather(*(limited(c) for c in calls)))
+
+    def _hosts(self, fleet: str) -> list[SSHTarget]:
+        hosts = self.fleets.get(fleet)
+        if not hosts:
+            raise ProviderError(self.name, "no hosts are configured for it", f"fleet.{fleet}")
+        return hosts
+
+    def _instance(self, fleet: str, index: int, target: SSHTarget) -> Instance:
+        return Instance(
+            provider=self.name,
+            id=_instance_id(target),
+            name=f"{fleet}-{index}",
+            fleet=fleet,
+            hostname=target.hostname,
+            region="on-prem",
+            status="provisioning",
+        )
+
+    def _target(self, instance: Instance) -> SSHTarget | None:
+        if instance.provider != self.name:
+            return None
+        for target in self.fleets.get(instance.fleet, []):
+            if _instance_id(target) == instance.id:
+                return target
+        return None
+
+
+def _instance_id(target: SSHTarget) -> str:
+    return f"ssh:{target.name}"
+
+
+class SSHAgentClient(AgentClient):
+    """The agent on one SSH host, connected (and started) when the first request needs it.
+
+    A request that cannot reach the agent is tried once more after finding the agent again
+    (started again if it died, as after a reboot; on its new port): every request is safe to
+    repeat.
+    """
+
+    def __init__(self, provider: SSHProvider, instance: Instance, target: SSHTarget):
+        # The base client is never used to connect: requests go to `_agent` (see `_request`).
+        super().__init__("http://127.0.0.1:1", "", host=target.name)
+        self._provider = provider
+        self._instance = instance
+        self._target = target
+        self._agent: AgentClient | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connected(self) -> AgentClient:
+        async with self._lock:
+            if self._agent is None:
+                self._agent = await self._provider.connect_agent(self._instance, self._target)
+            return self._agent
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Response:
+        for attempt in range(2):
+            agent = await self._connected()
+            try:
+                return await agent._request(method, path, **kwargs)
+            except AgentError as e:
+                if e.status is not None or attempt:  # the agent answered, or we retried
+                    raise
+                async with self._lock:  # not reached: it died or moved; find or start it
+                    if self._agent is agent:
+                        self._agent = None
+        raise AssertionError("unreachable")
+
+    async def follow_logs(
+        self, job_id: str, offset: int = 0, idle_timeout: int = FOLLOW_IDLE_TIMEOUT
+    ) -> AsyncIterator[LogChunk]:
+        agent = await self._connected()
+        async for chunk in agent.follow_logs(job_id, offset, idle_timeout):
+            yield chunk
+
+    async def aclose(self) -> None:
+        self._agent = None

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dstack_plan.apply.deployment import Deployment
+from dstack_plan.apply.fleet_records import PinStore
+from dstack_plan.apply.fleets import FleetHandler
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
 from dstack_plan.apply.host_load import busy_jobs
 from dstack_plan.apply.placing import HostRun, place_on_host
@@ -47,8 +49,13 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
     from dstack_plan.apply.events import EventCallback
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.apply.report import ApplyReport
+    from dstack_plan.config.fleet import SSHConfig
+    from dstack_plan.providers.ssh.provider import SSHProvider
 
 STATE_ENV = "DSTACK_STATE"
+SSH_AGENT_DIR_ENV = "DSTACK_PLAN_SSH_AGENT_DIR"
+"""Where the agent goes on SSH fleet hosts (default: `.dstack-plan/agent` under the login
+user's home; relative paths are under it too)."""
 STATE_BYTES_PER_CONFIG_BYTE = 40
 """Reading a byte of state takes about a fortieth of the time loading (parsing, validating,
 normalising, and handing back from another core) a byte of YAML configuration does: for
@@ -130,10 +137,27 @@ class Project:
             "task": runs,
             "service": runs,
             "dev-environment": runs,
-            "fleet": unsupported,
+            "fleet": FleetHandler(self.ssh_provider),
             "volume": unsupported,
             "gateway": unsupported,
         }
+
+    def ssh_provider(self, fleet: str, config: SSHConfig, pins: PinStore) -> SSHProvider:
+        """A provider of the hosts `config` lists for `fleet`, found through the registry,
+        checking host keys against `pins` (and ~/.ssh/known_hosts where it knows a host)."""
+        from dstack_plan.providers.ssh.install import DEFAULT_AGENT_DIR
+        from dstack_plan.providers.ssh.models import targets_from_config
+        from dstack_plan.providers.ssh.provider import SSHProvider
+
+        provider = create_provider(
+            "ssh",
+            fleets={fleet: targets_from_config(config)},
+            host_keys=pins,
+            agent_dir=os.environ.get(SSH_AGENT_DIR_ENV) or DEFAULT_AGENT_DIR,
+        )
+        if not isinstance(provider, SSHProvider):  # fleets read what only it records
+            raise ProviderError("ssh", f"{type(provider).__name__} is not SSHProvider")
+        return provider
 
     def fleet_provider(self, fleet: str) -> Provider | None:
         """The provider of a fleet, by name (None: the fleet has none in this version).

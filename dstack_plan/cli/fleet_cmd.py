@@ -6,13 +6,54 @@ from pathlib import Path
 
 import typer
 
+from dstack_plan.cli import common
+
 app = typer.Typer(
     name="fleet",
-    help="Work with fleets (add-host).",
+    help="Work with fleets (list, add-host, trust).",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
 )
+
+HEADERS = ["FLEET", "HOST", "STATUS", "GPUS", "CPUS", "MEMORY", "DISK", "AGENT"]
+
+
+@app.command("list")
+def list_(
+    name: str = typer.Argument(None, help="Only this fleet (the NAME of fleet.NAME)."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project directory."),
+    state: str = common.StateOpt,
+    refresh: bool = typer.Option(
+        False, "--refresh", help="Ask every host now (state is not written)."
+    ),
+    as_json: bool = common.JsonOpt,
+) -> None:
+    """The hosts of the fleets in state: status, GPUs, CPUs, memory, disk, agent version.
+
+    From the state the last apply wrote; `--refresh` asks each host first (a host that does
+    not answer is shown `unreachable` with the reason).
+    """
+    from dstack_plan.cli.output import print_json, print_lines
+    from dstack_plan.inspect.fleets import fleet_records, fleets_json, host_rows
+
+    project = common.make_project(directory, [], state)
+    if refresh:
+
+        async def refreshed(p):  # noqa: ANN001, ANN202 - Project, imported lazily
+            return (await p.refresh()).state
+
+        current = common.run_with(project, refreshed)
+    else:
+        current = project.backend.read().state
+    records = fleet_records(current, name)
+    if as_json:
+        print_json(fleets_json(records))
+        return
+    rows = [HEADERS, *host_rows(records)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    print_lines([line.rstrip() for line in lines])
 
 
 @app.command("add-host")
@@ -56,3 +97,33 @@ def add_host(
             ),
         ]
     )
+
+
+@app.command("trust")
+def trust(
+    fleet: str = typer.Argument(..., help="Fleet name (the NAME of fleet.NAME)."),
+    host: str = typer.Argument(..., help="The host as `dstack fleet list` names it."),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project directory."),
+    state: str = common.StateOpt,
+) -> None:
+    """Forget a host's pinned host key and pin the one it presents now.
+
+    For a host that was reinstalled (its key changed on purpose). The fleet's hosts are asked
+    again at once, so the new key is recorded in state before any other command uses it.
+    """
+    from dstack_plan.cli.output import print_lines
+    from dstack_plan.inspect.fleets import trust_host
+
+    project = common.make_project(directory, [], state)
+
+    async def work(p):  # noqa: ANN001, ANN202 - Project, imported lazily
+        return await trust_host(p.backend, fleet, host, p.handlers()["fleet"], p.context())
+
+    forgotten, now = common.run_with(project, work)
+    lines = [f"Forgot the pinned key {forgotten or '(none)'} of {host} in fleet.{fleet}."]
+    if now.problem:
+        lines.append(f"The host did not answer: {now.problem}")
+        print_lines(lines)
+        raise typer.Exit(1)
+    lines.append(f"Pinned its key {now.host_key_fingerprint}.")
+    print_lines(lines)

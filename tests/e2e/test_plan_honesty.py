@@ -22,9 +22,9 @@ def test_plan_and_apply_refuse_what_no_provider_can_create(dstack: Dstack, tmp_p
         assert "will be created" not in result.stdout
         for line in (
             "4 resources cannot be applied by this version of dstack-plan:",
-            "fleet.onprem: the ssh provider cannot create fleets in this version",
+            "fleet.cloud: the cloud provider cannot create fleets in this version",
             "volume.data: the aws provider cannot create volumes in this version",
-            "task.train: depends on fleet.onprem, which cannot be applied",
+            "task.train: the ssh provider cannot run tasks in this version (only the local fleet)",
         ):
             assert line in result.stderr, result.stderr
     path = project / ".dstack" / "state.json"

@@ -146,12 +146,17 @@ name: gw
 backend: aws
 region: us-east-1
 domain: example.com
+---
+type: fleet
+name: cloud
+nodes: 1
 """
 
 
-def test_the_project_plan_refuses_fleets_volumes_and_gateways_all_at_once(
+def test_the_project_plan_refuses_cloud_fleets_volumes_gateways_and_ssh_runs_at_once(
     tmp_path: Path,
 ) -> None:
+    # SSH fleets are applied (tests/e2e/test_ssh_fleet.py); runs on them are not yet
     (tmp_path / "p.dstack.yml").write_text(SSH_PROJECT)
     project = Project(tmp_path, state_path=tmp_path / "state.json", agent_dir=tmp_path / "a")
     with pytest.raises(PlanError) as info:
@@ -159,10 +164,10 @@ def test_the_project_plan_refuses_fleets_volumes_and_gateways_all_at_once(
     lines = str(info.value).splitlines()
     assert lines[0] == "4 resources cannot be applied by this version of dstack-plan:"
     assert lines[1:5] == [
-        "  fleet.onprem: the ssh provider cannot create fleets in this version",
+        "  fleet.cloud: the cloud provider cannot create fleets in this version",
         "  gateway.gw: the aws provider cannot create gateways in this version",
         "  volume.data: the aws provider cannot create volumes in this version",
-        "  task.train: depends on fleet.onprem, which cannot be applied",
+        "  task.train: the ssh provider cannot run tasks in this version (only the local fleet)",
     ]
     assert not (tmp_path / "a").exists()  # refused before any agent was asked
 

@@ -7,8 +7,8 @@
 An SSH fleet's machines are the hosts its config lists: `create_instances` takes them all
 (pre-flight, install the agent, read its host facts), the offer says nothing about them. A host
 that fails does not fail the others: it comes back partial (`status` `pending`, no
-`resources`), and `problems` says what went wrong with it. Not wired into `Project` yet: its
-fleets are given to the constructor.
+`resources`), and `problems` says what went wrong with it. Its fleets are given to the
+constructor: `Project.ssh_provider` builds one per SSH fleet for `apply/fleets.py`.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class SSHProvider(Provider):
             raise ProviderError(
                 self.name, f"the fleet has {len(hosts)} host(s), not {count}", f"fleet.{fleet}"
             )
-        instances = [self._instance(fleet, i, target) for i, target in enumerate(hosts)]
+        instances = self.host_instances(fleet)
         done = await self._each(instances, self._provision)
         return [i for i in done if i is not None]  # a failed host comes back, never None
 
@@ -156,6 +156,11 @@ class SSHProvider(Provider):
             await client.aclose()
         self._clients.clear()
         await self.pool.close()
+
+    def host_instances(self, fleet: str) -> list[Instance]:
+        """Every host of `fleet` as a partial instance (`provisioning`, no resources), as
+        `create_instances` names them: what `refresh` and `terminate` take. No I/O."""
+        return [self._instance(fleet, i, t) for i, t in enumerate(self.fleets.get(fleet, []))]
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -1,0 +1,224 @@
+"""SSH fleets made real: every listed host checked, given the agent, and asked for its facts.
+
+A fleet's hosts are the ones its `ssh_config` lists; the `ssh` provider does the work on each
+(pre-flight, agent install over SFTP, host facts). What happens when a host fails:
+- create: the others are provisioned all the same (their agents keep running), and the
+  create fails naming each failed host and why. State keeps the entry tainted, as for any
+  failed create, so the next apply replaces it: it stops the agents and provisions every host
+  again (a host with the same agent build gets no upload);
+- update (hosts added or removed): removed hosts' agents are stopped, added hosts are
+  provisioned; a failed added host fails the update, and state keeps the old entry, so the
+  next plan shows the same update again;
+- refresh: a host that does not answer is recorded `unreachable` with the reason (the
+  fleet `degraded`), never raised: plan goes on;
+- delete: the agent is stopped on every host of the recorded spec (idempotent).
+Host keys are pinned in state per host (first use); a host presenting another key fails with
+both fingerprints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dstack_plan.apply.fleet_records import FleetRecord, HostRecord, PinStore
+from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
+from dstack_plan.apply.unsupported import UnsupportedHandler
+from dstack_plan.errors import ProviderError
+from dstack_plan.plan.model import ResourceChange
+from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.state.model import ResourceState
+
+if TYPE_CHECKING:
+    from dstack_plan.config.fleet import SSHConfig
+    from dstack_plan.providers.base import Instance
+    from dstack_plan.providers.ssh.provider import SSHProvider
+
+SSH = "ssh"
+
+SSHProviderFactory = Callable[[str, "SSHConfig", PinStore], "SSHProvider"]
+"""(fleet name, its ssh_config, the pins to check keys against) -> a provider of its hosts."""
+
+
+class FleetHandler(ResourceHandler):
+    """Fleets of the `ssh` provider; cloud fleets are still refused by the plan."""
+
+    def __init__(self, ssh_provider: SSHProviderFactory):
+        self._make = ssh_provider
+        self._unsupported = UnsupportedHandler()
+
+    def cannot_create(self, kind: str, provider: str) -> str | None:
+        return None if provider == SSH else self._unsupported.cannot_create(kind, provider)
+
+    async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
+        assert change.after is not None
+        name, config = _ssh_config(change.after, change.address)
+        record = await self._provision(name, config, FleetRecord(), change.address, ctx)
+        return Outcome(record.status, record.to_attributes())
+
+    async def update(
+        self, change: ResourceChange, current: ResourceState, ctx: ApplyContext
+    ) -> Outcome:
+        assert change.after is not None
+        name, config = _ssh_config(change.after, change.address)
+        _, old_config = _ssh_config(current.spec, current.address)
+        old = FleetRecord.of(current)
+        wanted = {_host_name(config, h) for h in config.hosts}
+        removed = [h for h in old_config.hosts if _host_name(old_config, h) not in wanted]
+        if removed:
+            gone = old_config.model_copy(update={"hosts": tuple(removed)})
+            ctx.progress(change.address, f"stopping the agent on {len(removed)} removed host(s)")
+            await self._terminate(name, gone, PinStore(old.pins()))
+        kept = {n: h for n, h in old.by_name().items() if n in wanted}
+        record = await self._provision(
+            name, config, FleetRecord(hosts=tuple(kept.values())), change.address, ctx
+        )
+        return Outcome(record.status, record.to_attributes())
+
+    async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
+        if not _is_ssh(current):  # nothing this version created: trust the state
+            return await self._unsupported.refresh(current, ctx)
+        name, config = _ssh_config(current.spec, current.address)
+        old = FleetRecord.of(current)
+        pins = PinStore(old.pins())
+        provider = self._make(name, config, pins)
+        try:
+            found = await provider.refresh(_as_recorded(provider.host_instances(name), old))
+            record = _record(provider, name, config, found, old, pins)
+        finally:
+            await provider.close()
+        return Refreshed(status=record.status, attributes=record.to_attributes())
+
+    async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
+        if not _is_ssh(current):  # nothing this version created: drop the record
+            return await self._unsupported.delete(current, ctx)
+        name, config = _ssh_config(current.spec, current.address)
+        await self._terminate(name, config, PinStore(FleetRecord.of(current).pins()))
+
+    async def _provision(
+        self,
+        name: str,
+        config: SSHConfig,
+        kept: FleetRecord,
+        address: str,
+        ctx: ApplyContext,
+    ) -> FleetRecord:
+        """Provision the hosts of `config` that `kept` does not hold; raise naming each host
+        that failed, after all were tried."""
+        done = kept.by_name()
+        new = tuple(h for h in config.hosts if _host_name(config, h) not in done)
+        if not new:
+            return _ordered(config, done)
+        pins = PinStore(kept.pins())
+        todo = config.model_copy(update={"hosts": new})
+        provider = self._make(name, todo, pins)
+        try:
+            ctx.progress(address, f"installing the agent on {len(new)} host(s)")
+            created = await provider.create_instances(name, _offer(), len(new))
+            record = _record(provider, name, todo, created, FleetRecord(), pins)
+        finally:
+            await provider.close()
+        failed = [h for h in record.hosts if h.problem]
+        if failed:
+            reasons = "; ".join(h.problem or h.name for h in failed)  # each names its host
+            raise ProviderError(
+                SSH, f"{len(failed)} of {len(new)} host(s) failed: {reasons}", address
+            )
+        done.update(record.by_name())
+        return _ordered(config, done)
+
+    async def _terminate(self, name: str, config: SSHConfig, pins: PinStore) -> None:
+        provider = self._make(name, config, pins)
+        try:
+            await provider.terminate(provider.host_instances(name))
+        finally:
+            await provider.close()
+
+
+def _is_ssh(current: ResourceState) -> bool:
+    return current.provider == SSH and isinstance(current.spec.get("ssh_config"), dict)
+
+
+def _ssh_config(spec: Mapping[str, Any], address: str) -> tuple[str, SSHConfig]:
+    from dstack_plan.config.fleet import FleetSpec  # only projects with fleets load it
+
+    fleet = spec_from_normalized("fleet", dict(spec))
+    assert isinstance(fleet, FleetSpec)
+    if fleet.ssh_config is None:
+        raise ProviderError(SSH, "the fleet has no ssh_config", address)
+    return address.split(".", 1)[1], fleet.ssh_config
+
+
+def _host_name(config: SSHConfig, host: object) -> str:
+    """What the provider calls a host: `hostname`, or `hostname:port` off port 22."""
+    hostname, port = config.endpoint(host)  # type: ignore[arg-type]
+    return hostname if port == 22 else f"{hostname}:{port}"
+
+
+def _ordered(config: SSHConfig, hosts: dict[str, HostRecord]) -> FleetRecord:
+    names = [_host_name(config, h) for h in config.hosts]
+    return FleetRecord(hosts=tuple(hosts[n] for n in names if n in hosts))
+
+
+def _as_recorded(instances: Sequence[Instance], old: FleetRecord) -> list[Instance]:
+    """Instances of the config with the status state last saw (idle once provisioned)."""
+    seen = {h.instance_id for h in old.hosts if h.resources is not None}
+    return [i.model_copy(update={"status": "idle"}) if i.id in seen else i for i in instances]
+
+
+def _record(
+    provider: SSHProvider,
+    name: str,
+    config: SSHConfig,
+    instances: Sequence[Instance],
+    old: FleetRecord,
+    pins: PinStore,
+) -> FleetRecord:
+    """Host records from what the provider returned (in `config` order), keeping what `old`
+    knew of a host that did not answer now."""
+    from dstack_plan.providers.ssh.hostkeys import fingerprint
+
+    by_id = {i.id: i for i in instances}
+    before = old.by_name()
+    hosts = []
+    for partial_instance, host in zip(provider.host_instances(name), config.hosts, strict=True):
+        host_name = _host_name(config, host)
+        hostname, port = config.endpoint(host)
+        instance = by_id.get(partial_instance.id, partial_instance)
+        problem = provider.problems.get(partial_instance.name)
+        previous = before.get(host_name)
+        agent = provider.installed.get(partial_instance.id)
+        pin = pins.get(host_name)
+        hosts.append(
+            HostRecord(
+                name=host_name,
+                hostname=hostname,
+                port=port,
+                instance_id=partial_instance.id,
+                status="unreachable" if problem else instance.status,
+                resources=instance.resources or (previous.resources if previous else None),
+                agent_version=agent.version if agent else _kept(previous, "agent_version"),
+                agent_sha256=agent.sha256 if agent else _kept(previous, "agent_sha256"),
+                host_key=pin,
+                host_key_fingerprint=fingerprint(pin) if pin else None,
+                problem=problem,
+            )
+        )
+    return FleetRecord(hosts=tuple(hosts))
+
+
+def _kept(previous: HostRecord | None, field: str) -> str | None:
+    value = getattr(previous, field, None) if previous is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _offer():  # noqa: ANN202 - the provider's Offer, unused by SSH fleets
+    from dstack_plan.providers.base import MachineResources, Offer
+
+    return Offer(
+        provider=SSH,
+        instance_type="ssh",
+        region="on-prem",
+        resources=MachineResources(cpus=0, memory_gb=0, disk_gb=0),
+        price_per_hour=0.0,
+    )

@@ -1,0 +1,106 @@
+"""The read side of SSH fleets: each fleet's hosts, as state (or a refresh) records them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
+from dstack_plan.apply.handlers import ApplyContext, ResourceHandler
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.state.backend import StateBackend
+from dstack_plan.state.commit import commit_async
+from dstack_plan.state.lock import hold_lock
+from dstack_plan.state.model import State, timestamp
+
+
+def fleet_records(state: State, name: str | None = None) -> dict[str, FleetRecord]:
+    """Fleet name -> its record, for every fleet in `state` (only `name` when given)."""
+    found = {
+        entry.address.split(".", 1)[1]: FleetRecord.of(entry)
+        for entry in state.resources.values()
+        if entry.kind == "fleet" and not entry.tainted
+    }
+    if name is None:
+        return found
+    if name not in found:
+        known = ", ".join(sorted(found)) or "none"
+        raise DstackPlanError(f"no fleet {name!r} in the state (fleets: {known})")
+    return {name: found[name]}
+
+
+def fleets_json(records: dict[str, FleetRecord]) -> dict[str, Any]:
+    """What `dstack fleet list --json` prints: `{"fleets": [{name, status, hosts: [...]}]}`."""
+    return {
+        "fleets": [
+            {"name": name, "status": record.status, **record.to_attributes()}
+            for name, record in records.items()
+        ]
+    }
+
+
+def host_rows(records: dict[str, FleetRecord]) -> list[list[str]]:
+    """One row per host: fleet, host, status, GPUs, CPUs, memory, disk, agent version."""
+    rows = []
+    for name, record in records.items():
+        for host in record.hosts:
+            res = host.resources
+            gpus = "-"
+            if res is not None and res.gpus:
+                gpus = f"{len(res.gpus)}x{res.gpus[0].name}"
+            rows.append(
+                [
+                    name,
+                    host.name,
+                    host.status if not host.problem else f"{host.status}: {host.problem}",
+                    gpus,
+                    str(res.cpus) if res else "-",
+                    f"{res.memory_gb:g}GB" if res else "-",
+                    f"{res.disk_gb:g}GB" if res else "-",
+                    host.agent_version or "-",
+                ]
+            )
+    return rows
+
+
+async def trust_host(
+    backend: StateBackend,
+    fleet: str,
+    host: str,
+    handler: ResourceHandler,
+    ctx: ApplyContext,
+) -> tuple[str | None, HostRecord]:
+    """Forget the pinned host key of `host` in `fleet`, then ask the fleet's hosts again
+    (`handler.refresh`), so the key the host presents now is pinned and recorded in the same
+    commit. Returns the fingerprint forgotten (None if none was pinned) and the host as
+    refreshed. Holds the operation lock."""
+    address = f"fleet.{fleet}"
+    async with hold_lock(backend, "fleet trust", clock=ctx.clock):
+        entry = backend.read().state.get(address)
+        if entry is None or entry.tainted:
+            raise DstackPlanError(f"no fleet {fleet!r} in the state")
+        record = FleetRecord.of(entry)
+        hosts = record.by_name()
+        if host not in hosts:
+            known = ", ".join(hosts) or "none"
+            raise DstackPlanError(f"fleet {fleet!r} has no host {host!r} (hosts: {known})")
+        forgotten = hosts[host].host_key_fingerprint
+        untrusted = hosts[host].model_copy(update={"host_key": None, "host_key_fingerprint": None})
+        record = FleetRecord(hosts=tuple(untrusted if h.name == host else h for h in record.hosts))
+        entry = entry.updated(now=entry.updated_at, attributes=record.to_attributes())
+        refreshed = await handler.refresh(entry, ctx)
+
+        def record_pin(latest: State) -> State:
+            current = latest.get(address)
+            if current is None:
+                return latest
+            return latest.with_resource(
+                current.updated(
+                    now=timestamp(ctx.clock),
+                    status=refreshed.status,
+                    attributes={**current.attributes, **refreshed.attributes},
+                )
+            )
+
+        await commit_async(backend, record_pin)
+    now = FleetRecord.of(entry.updated(now=entry.updated_at, attributes=refreshed.attributes))
+    return forgotten, now.by_name()[host]

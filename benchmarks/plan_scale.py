@@ -41,7 +41,9 @@ from typing import Any, NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dstack_plan.agent.api_models import JobSpec  # noqa: E402
+from dstack_plan.apply.handlers import ResourceHandler  # noqa: E402
 from dstack_plan.apply.jobs import job_id, slots  # noqa: E402
+from dstack_plan.apply.unsupported import UnsupportedHandler  # noqa: E402
 from dstack_plan.config.kinds import RUN_KINDS  # noqa: E402
 from dstack_plan.plan.model import Action, Plan  # noqa: E402
 from dstack_plan.plan.normalize import spec_from_normalized  # noqa: E402
@@ -58,13 +60,19 @@ REAL_DONE_JOBS = 8
 
 
 class BenchProject(Project):
-    """A project whose fleets, volumes and gateways plan as if their providers were there.
+    """A project whose fleets, volumes and gateways plan as if their providers were there,
+    with no machine behind them.
 
-    This version has no provider that creates them, so a real plan refuses them; the
-    benchmark measures what planning them costs once providers exist."""
+    This version cannot create cloud fleets, volumes or gateways, so a real plan refuses
+    them; and a real refresh of an SSH fleet connects to its hosts. The benchmark measures
+    what planning costs, so every provider counts as installed and fleets are refreshed from
+    state alone (their hosts are `.invalid` names, which never resolve, besides)."""
 
     def unsupported(self, items: Any) -> dict[tuple[str, str], str]:
         return {}
+
+    def handlers(self) -> dict[str, ResourceHandler]:
+        return {**super().handlers(), "fleet": UnsupportedHandler()}
 
 
 REAL_RUNNING_JOBS = 2
@@ -85,9 +93,9 @@ ssh_config:
   user: ubuntu
   identity_file: ~/.ssh/id_ed25519
   hosts:
-    - 10.{a}.{b}.11
-    - 10.{a}.{b}.12
-    - hostname: 10.{a}.{b}.13
+    - h11.g{a}-{b}.invalid
+    - h12.g{a}-{b}.invalid
+    - hostname: h13.g{a}-{b}.invalid
       port: 2222
 """
 VOLUME = """type: volume

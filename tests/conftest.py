@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.network_guard import guarded_getaddrinfo
+from tests.infra.network_guard import guarded_connect, guarded_getaddrinfo
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,11 +31,16 @@ SHARED_DIR = REPO_ROOT.parent / "shared"
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _block_stray_name_resolution():
-    real = socket.getaddrinfo
-    socket.getaddrinfo = guarded_getaddrinfo(real)
+def _block_stray_network_access():
+    real_getaddrinfo = socket.getaddrinfo
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    socket.getaddrinfo = guarded_getaddrinfo(real_getaddrinfo)
+    socket.socket.connect = guarded_connect(real_connect)  # type: ignore[method-assign]
+    socket.socket.connect_ex = guarded_connect(real_connect_ex)  # type: ignore[method-assign]
     yield
-    socket.getaddrinfo = real
+    socket.getaddrinfo = real_getaddrinfo
+    socket.socket.connect = real_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = real_connect_ex  # type: ignore[method-assign]
 
 
 def require(variable: str, reason: str) -> None:

@@ -1,4 +1,9 @@
-"""Make stray name resolution fail loudly: tests may only reach loopback and their own hosts."""
+"""Make stray network access fail loudly: tests may only reach loopback and their own hosts.
+
+Two doors are guarded: name resolution (`getaddrinfo`), and connecting a socket, because
+asyncio (and so asyncssh) never resolves a numeric address such as `10.0.0.1`: it connects
+to it directly.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,20 @@ ALLOWED_NETWORKS = [
 
 
 class StrayNetworkAccess(RuntimeError):
-    """Raised when code under test tries to resolve a name outside the test network."""
+    """Raised when code under test tries to resolve or reach a host outside the test network."""
+
+
+_own_addresses: set[str] = set()
+
+
+def own_addresses() -> set[str]:
+    """This machine's own interface addresses: traffic to them never leaves the machine."""
+    if not _own_addresses:
+        from dstack_plan.agent.hostfacts import addresses
+
+        _own_addresses.update(str(a["address"]) for a in addresses())
+        _own_addresses.add("")  # keep the set non-empty once computed
+    return _own_addresses
 
 
 def is_allowed(host: Any) -> bool:
@@ -34,7 +52,9 @@ def is_allowed(host: Any) -> bool:
         address = ipaddress.ip_address(host.split("%")[0])
     except ValueError:
         return False
-    return any(address in net for net in ALLOWED_NETWORKS)
+    if any(address in net for net in ALLOWED_NETWORKS):
+        return True
+    return str(address) in own_addresses()
 
 
 def guarded_getaddrinfo(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,3 +68,18 @@ def guarded_getaddrinfo(real: Callable[..., Any]) -> Callable[..., Any]:
         return real(host, *args, **kwargs)
 
     return getaddrinfo
+
+
+def guarded_connect(real: Callable[..., Any]) -> Callable[..., Any]:
+    """`socket.connect` / `connect_ex` that refuse an IP address outside the test network."""
+
+    def connect(sock: socket.socket, address: Any) -> Any:
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and isinstance(address, tuple):
+            if not is_allowed(address[0]):
+                raise StrayNetworkAccess(
+                    f"test tried to connect to {address[0]!r}: only loopback and the test "
+                    "hosts are allowed"
+                )
+        return real(sock, address)
+
+    return connect

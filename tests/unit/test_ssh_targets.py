@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dstack_plan.config.fleet import SSHConfig
+from dstack_plan.errors import DstackPlanError
 from dstack_plan.providers.ssh.models import SSHTarget, targets_from_config
 
 
@@ -44,3 +47,11 @@ def test_hosts_inherit_and_override_fleet_fields() -> None:
         "10.0.0.2", "me", 22, "~/.ssh/fleet", "PRIVATE", SSHTarget("b2", "u", 2022, "k")
     )
     assert second.name == "10.0.0.2"
+
+
+def test_a_host_with_no_user_is_an_error_not_a_guess() -> None:
+    config = SSHConfig.model_validate(
+        {"hosts": ["10.0.0.1", {"hostname": "10.0.0.2", "user": "u"}]}
+    )
+    with pytest.raises(DstackPlanError, match=r"^10\.0\.0\.1: no user to log in as"):
+        targets_from_config(config)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dstack_plan.errors import DstackPlanError
+
 if TYPE_CHECKING:
     from dstack_plan.config.fleet import ProxyJump, SSHConfig, SSHKey
 
@@ -43,14 +45,21 @@ def _jump(jump: ProxyJump | None) -> SSHTarget | None:
     )
 
 
-def targets_from_config(config: SSHConfig, default_user: str = "root") -> list[SSHTarget]:
-    """One target per host, each host's own fields overriding the fleet-wide ones."""
+def targets_from_config(config: SSHConfig) -> list[SSHTarget]:
+    """One target per host, each host's own fields overriding the fleet-wide ones.
+
+    Raises DstackPlanError for a host with no user to log in as (no guess such as root)."""
     targets = []
     for host in config.hosts:
+        user = host.user or config.user
+        if not user:
+            raise DstackPlanError(
+                f"{host.hostname}: no user to log in as: set ssh_config.user or the host's user"
+            )
         targets.append(
             SSHTarget(
                 hostname=host.hostname,
-                user=host.user or config.user or default_user,
+                user=user,
                 port=host.port or config.port,
                 identity_file=host.identity_file or config.identity_file,
                 private_key=_private(host.ssh_key or config.ssh_key),

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dstack_plan.apply.deployment import Deployment
-from dstack_plan.apply.fleet_records import PinStore
 from dstack_plan.apply.fleets import FleetHandler
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
 from dstack_plan.apply.host_load import busy_jobs
@@ -37,6 +36,7 @@ from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_
 from dstack_plan.providers.base import Provider
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER, LocalProvider
 from dstack_plan.providers.registry import create_provider
+from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.scheduler.placement import Candidate
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
@@ -142,7 +142,7 @@ class Project:
             "gateway": unsupported,
         }
 
-    def ssh_provider(self, fleet: str, config: SSHConfig, pins: PinStore) -> SSHProvider:
+    def ssh_provider(self, fleet: str, config: SSHConfig, pins: MemoryHostKeyStore) -> SSHProvider:
         """A provider of the hosts `config` lists for `fleet`, found through the registry,
         checking host keys against `pins` (and ~/.ssh/known_hosts where it knows a host)."""
         from dstack_plan.providers.ssh.install import DEFAULT_AGENT_DIR

@@ -2,7 +2,7 @@
 
 `FleetHandler` writes a `FleetRecord` after create, update and refresh; `dstack fleet` reads
 it back with `FleetRecord.of`. Each host carries its host-key pin, so the next connection to
-it checks the key it presents against the one first seen (`PinStore`).
+it checks the key it presents against the one first seen (`providers/ssh/pins.py`).
 """
 
 from __future__ import annotations
@@ -69,19 +69,3 @@ class FleetRecord(BaseModel):
 
     def to_attributes(self) -> dict[str, Any]:
         return {"hosts": [h.model_dump(mode="json") for h in self.hosts]}
-
-
-class PinStore:
-    """A `HostKeyStore` (providers/ssh/hostkeys.py) over the pins a fleet recorded."""
-
-    def __init__(self, pins: dict[str, str] | None = None):
-        self.pins: dict[str, str] = dict(pins or {})
-
-    def get(self, host: str) -> str | None:
-        return self.pins.get(host)
-
-    def put(self, host: str, key: str) -> None:
-        self.pins[host] = key
-
-    def forget(self, host: str) -> None:
-        self.pins.pop(host, None)

@@ -21,12 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dstack_plan.apply.fleet_records import FleetRecord, HostRecord, PinStore
+from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.model import ResourceState
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 SSH = "ssh"
 
-SSHProviderFactory = Callable[[str, "SSHConfig", PinStore], "SSHProvider"]
+SSHProviderFactory = Callable[[str, "SSHConfig", MemoryHostKeyStore], "SSHProvider"]
 """(fleet name, its ssh_config, the pins to check keys against) -> a provider of its hosts."""
 
 
@@ -68,7 +69,7 @@ class FleetHandler(ResourceHandler):
         if removed:
             gone = old_config.model_copy(update={"hosts": tuple(removed)})
             ctx.progress(change.address, f"stopping the agent on {len(removed)} removed host(s)")
-            await self._terminate(name, gone, PinStore(old.pins()))
+            await self._terminate(name, gone, MemoryHostKeyStore(old.pins()))
         kept = {n: h for n, h in old.by_name().items() if n in wanted}
         record = await self._provision(
             name, config, FleetRecord(hosts=tuple(kept.values())), change.address, ctx
@@ -80,7 +81,7 @@ class FleetHandler(ResourceHandler):
             return await self._unsupported.refresh(current, ctx)
         name, config = _ssh_config(current.spec, current.address)
         old = FleetRecord.of(current)
-        pins = PinStore(old.pins())
+        pins = MemoryHostKeyStore(old.pins())
         provider = self._make(name, config, pins)
         try:
             found = await provider.refresh(_as_recorded(provider.host_instances(name), old))
@@ -93,7 +94,7 @@ class FleetHandler(ResourceHandler):
         if not _is_ssh(current):  # nothing this version created: drop the record
             return await self._unsupported.delete(current, ctx)
         name, config = _ssh_config(current.spec, current.address)
-        await self._terminate(name, config, PinStore(FleetRecord.of(current).pins()))
+        await self._terminate(name, config, MemoryHostKeyStore(FleetRecord.of(current).pins()))
 
     async def _provision(
         self,
@@ -109,7 +110,7 @@ class FleetHandler(ResourceHandler):
         new = tuple(h for h in config.hosts if _host_name(config, h) not in done)
         if not new:
             return _ordered(config, done)
-        pins = PinStore(kept.pins())
+        pins = MemoryHostKeyStore(kept.pins())
         todo = config.model_copy(update={"hosts": new})
         provider = self._make(name, todo, pins)
         try:
@@ -127,7 +128,7 @@ class FleetHandler(ResourceHandler):
         done.update(record.by_name())
         return _ordered(config, done)
 
-    async def _terminate(self, name: str, config: SSHConfig, pins: PinStore) -> None:
+    async def _terminate(self, name: str, config: SSHConfig, pins: MemoryHostKeyStore) -> None:
         provider = self._make(name, config, pins)
         try:
             await provider.terminate(provider.host_instances(name))
@@ -172,7 +173,7 @@ def _record(
     config: SSHConfig,
     instances: Sequence[Instance],
     old: FleetRecord,
-    pins: PinStore,
+    pins: MemoryHostKeyStore,
 ) -> FleetRecord:
     """Host records from what the provider returned (in `config` order), keeping what `old`
     knew of a host that did not answer now."""

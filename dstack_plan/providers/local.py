@@ -17,14 +17,14 @@ import asyncio
 import os
 import platform
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dstack_plan.agent.api_models import ConnectionInfo, HostFacts, JobInfo, JobStatus, LogChunk
-from dstack_plan.agent.client import FOLLOW_IDLE_TIMEOUT, AgentClient
+from dstack_plan.agent.api_models import ConnectionInfo, HostFacts, JobInfo, JobStatus
+from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.datadir import default_agent_dir
-from dstack_plan.agent.http import Response
+from dstack_plan.agent.deferred_client import DeferredAgentClient
 from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.providers.base import GPU, Instance, MachineResources, Offer, Provider
 
@@ -173,7 +173,7 @@ class LocalProvider(Provider):
             self._client = None
 
 
-class LocalAgentClient(AgentClient):
+class LocalAgentClient(DeferredAgentClient):
     """The local agent as a client that starts it only when a request needs it.
 
     While `LocalProvider.idle()` holds, reads answer from what that means (no jobs; host
@@ -182,24 +182,14 @@ class LocalAgentClient(AgentClient):
     """
 
     def __init__(self, provider: LocalProvider):
-        # The base client is never used to connect: requests go to `_agent` (see `_request`).
-        super().__init__("http://127.0.0.1:1", "", host="localhost")
+        super().__init__(host="localhost")
         self._provider = provider
-        self._agent: AgentClient | None = None
-        self._lock = asyncio.Lock()
 
-    async def _connected(self) -> AgentClient:
-        async with self._lock:
-            if self._agent is None:
-                self._agent = await asyncio.to_thread(self._provider.connect)
-            return self._agent
+    async def _open(self) -> AgentClient:
+        return await asyncio.to_thread(self._provider.connect)
 
     async def _idle(self) -> bool:
         return self._agent is None and await asyncio.to_thread(self._provider.idle)
-
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Response:
-        agent = await self._connected()
-        return await agent._request(method, path, **kwargs)
 
     async def host_facts(self) -> HostFacts:
         if await self._idle():
@@ -217,13 +207,6 @@ class LocalAgentClient(AgentClient):
         if await self._idle():  # what the agent answers for a job it does not know
             raise AgentError(self.host, f"no job with id {job_id!r}", 404)
         return await super().get_job(job_id)
-
-    async def follow_logs(
-        self, job_id: str, offset: int = 0, idle_timeout: int = FOLLOW_IDLE_TIMEOUT
-    ) -> AsyncIterator[LogChunk]:
-        agent = await self._connected()
-        async for chunk in agent.follow_logs(job_id, offset, idle_timeout):
-            yield chunk
 
     async def aclose(self) -> None:
         if self._agent is not None:

@@ -8,37 +8,13 @@ is refused (`HostKeyChangedError`, both fingerprints) until `trust(host)` forget
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 import asyncssh
 
 from dstack_plan.errors import HostKeyChangedError
+from dstack_plan.providers.ssh.pins import HostKeyStore, MemoryHostKeyStore
 
-
-class HostKeyStore(Protocol):
-    """Where pins live (the provider keeps them in state, per host)."""
-
-    def get(self, host: str) -> str | None: ...
-
-    def put(self, host: str, key: str) -> None: ...
-
-    def forget(self, host: str) -> None: ...
-
-
-class MemoryHostKeyStore:
-    """A `HostKeyStore` in a dict."""
-
-    def __init__(self, pins: dict[str, str] | None = None):
-        self.pins: dict[str, str] = dict(pins or {})
-
-    def get(self, host: str) -> str | None:
-        return self.pins.get(host)
-
-    def put(self, host: str, key: str) -> None:
-        self.pins[host] = key
-
-    def forget(self, host: str) -> None:
-        self.pins.pop(host, None)
+__all__ = ["HostKeyStore", "MemoryHostKeyStore"]  # re-exported: pins live in pins.py
 
 
 def fingerprint(key: asyncssh.SSHKey | str) -> str:

@@ -21,8 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dstack_plan.agent.api_models import LogChunk
-from dstack_plan.agent.client import FOLLOW_IDLE_TIMEOUT, AgentClient
+from dstack_plan.agent.client import AgentClient
+from dstack_plan.agent.deferred_client import DeferredAgentClient
 from dstack_plan.agent.http import Response
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.providers.base import Instance, Offer, Provider
@@ -43,8 +43,6 @@ from dstack_plan.providers.ssh.preflight import preflight
 from dstack_plan.providers.ssh.tunnel import AGENT_ADDRESS, tunnel
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from dstack_plan.config.resources import ResourcesSpec
 
 log = logging.getLogger(__name__)
@@ -280,7 +278,7 @@ def _instance_id(target: SSHTarget) -> str:
     return f"ssh:{target.name}"
 
 
-class SSHAgentClient(AgentClient):
+class SSHAgentClient(DeferredAgentClient):
     """The agent on one SSH host, connected (and started) when the first request needs it.
 
     A request that cannot reach the agent is tried once more after finding the agent again
@@ -289,19 +287,13 @@ class SSHAgentClient(AgentClient):
     """
 
     def __init__(self, provider: SSHProvider, instance: Instance, target: SSHTarget):
-        # The base client is never used to connect: requests go to `_agent` (see `_request`).
-        super().__init__("http://127.0.0.1:1", "", host=target.name)
+        super().__init__(host=target.name)
         self._provider = provider
         self._instance = instance
         self._target = target
-        self._agent: AgentClient | None = None
-        self._lock = asyncio.Lock()
 
-    async def _connected(self) -> AgentClient:
-        async with self._lock:
-            if self._agent is None:
-                self._agent = await self._provider.connect_agent(self._instance, self._target)
-            return self._agent
+    async def _open(self) -> AgentClient:
+        return await self._provider.connect_agent(self._instance, self._target)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Response:
         for attempt in range(2):
@@ -315,13 +307,6 @@ class SSHAgentClient(AgentClient):
                     if self._agent is agent:
                         self._agent = None
         raise AssertionError("unreachable")
-
-    async def follow_logs(
-        self, job_id: str, offset: int = 0, idle_timeout: int = FOLLOW_IDLE_TIMEOUT
-    ) -> AsyncIterator[LogChunk]:
-        agent = await self._connected()
-        async for chunk in agent.follow_logs(job_id, offset, idle_timeout):
-            yield chunk
 
     async def aclose(self) -> None:
         self._agent = None

@@ -191,6 +191,7 @@ class Project:
         what exists now. Nothing is written."""
         if snapshot is None:
             snapshot = self.backend.read()
+        self.deployment.remember(snapshot)
         handlers = self.handlers()
         ctx = self.context()
         # one batch per handler, so a handler can ask each agent or provider once for all

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 
 from dstack_plan.apply.jobs import deployment_key
-from dstack_plan.state.backend import StateBackend
+from dstack_plan.state.backend import StateBackend, StateSnapshot
 
 
 class Deployment:
@@ -33,11 +33,17 @@ class Deployment:
         """
         if self._key is not None:
             return self._key
-        lineage = self._backend.read_lineage()  # cheap: a plan asks too, and has read already
+        lineage = self._backend.read_lineage()
         if lineage is None:
             return deployment_key(str(uuid.uuid4()))
         self._key = deployment_key(lineage)
         return self._key
+
+    def remember(self, snapshot: StateSnapshot) -> None:
+        """Take the key from a snapshot just read (a plan reads the state anyway), so that
+        asking for the key reads nothing more."""
+        if self._key is None and snapshot.exists:
+            self._key = deployment_key(snapshot.state.lineage)
 
     def __str__(self) -> str:
         return self.key

@@ -91,7 +91,6 @@ class StateBackend(ABC):
     def read_lineage(self) -> str | None:
         """The lineage of the stored state, or None when none is stored yet.
 
-        Backends that can answer without reading the whole state (local) override this.
         Raises StateError like `read` when the state cannot be read.
         """
         snapshot = self.read()

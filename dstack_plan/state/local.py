@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -36,18 +35,12 @@ from dstack_plan.state.backend import (
 )
 from dstack_plan.state.codec import parse_state
 from dstack_plan.state.lock import LockHandle, LockInfo, lock_held_error
-from dstack_plan.state.model import FORMAT_VERSION, State
+from dstack_plan.state.model import State
 from dstack_plan.state.secrets import SecretGuard
 
 DEFAULT_STATE_PATH = Path(".dstack") / "state.json"
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 _MAX_LOCK_FILE_RACES = 10
-_LINEAGE_HEAD_BYTES = 256
-_CANONICAL_HEAD = re.compile(
-    rb'\{\n  "format_version": %d,\n  "lineage": "([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-'
-    rb'[0-9a-f]{4}-[0-9a-f]{12})",\n' % FORMAT_VERSION
-)
-"""The start of a state file as `State.to_json` writes it, up to its lineage."""
 
 
 def _try_flock(fd: int, operation: int) -> bool:
@@ -160,21 +153,6 @@ class LocalBackend(StateBackend):
             reason = str(err).removeprefix(f"{self.backup_path}: ")
             return f"The backup {self.backup_path} cannot be used either: {reason}"
         return f"The previous version is in {self.backup_path}."
-
-    def read_lineage(self) -> str | None:
-        """The lineage from the first bytes of the file, when it is in the canonical form
-        this code writes (keys sorted: `format_version`, then `lineage`); else a full read."""
-        try:
-            with open(self.path, "rb") as f:
-                head = f.read(_LINEAGE_HEAD_BYTES)
-        except FileNotFoundError:
-            return None
-        except OSError:
-            head = b""  # let the full read report it
-        match = _CANONICAL_HEAD.match(head)
-        if match is not None:
-            return match.group(1).decode("ascii")
-        return super().read_lineage()
 
     @staticmethod
     def _version(state: State | None) -> str:

@@ -94,18 +94,18 @@ def test_the_key_is_the_stored_lineages_once_the_state_exists(tmp_path: Path) ->
     assert deployment.key == deployment_key(stored.lineage)
 
 
-def test_the_lineage_is_read_from_the_head_of_a_canonical_file(tmp_path: Path) -> None:
+def test_a_snapshot_already_read_gives_the_key_without_reading_again(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path / "state.json")
-    assert backend.read_lineage() is None
+    deployment = Deployment(backend)
+    deployment.remember(backend.read())  # no state yet: nothing to remember
     stored = commit(backend, lambda state: state.with_resource(entry({}))).state
-    assert backend.read_lineage() == stored.lineage
-    # the head is enough: the lineage of a state too large to parse for a key is still cheap
-    text = backend.path.read_text()
-    backend.path.write_text(text[:200])
-    assert backend.read_lineage() == stored.lineage
+    snapshot = backend.read()
+    backend.path.unlink()  # the key must come from the snapshot, not from the file
+    deployment.remember(snapshot)
+    assert deployment.key == deployment_key(stored.lineage)
 
 
-def test_a_state_not_written_by_this_code_is_read_whole(tmp_path: Path) -> None:
+def test_the_lineage_of_any_stored_state_is_read(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path / "state.json")
     stored = commit(backend, lambda state: state.with_resource(entry({}))).state
     compact = json.dumps(json.loads(backend.path.read_text()), separators=(",", ":"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Dstack
-from tests.infra.ssh_hosts import SSHTestHosts
+from tests.infra.ssh_hosts import SUBNET, SSHTestHosts
 
 pytestmark = pytest.mark.ssh
 
@@ -147,7 +147,7 @@ def test_bad_selection_is_a_clear_error(
 def test_unknown_host_is_a_clear_error(
     dstack: Dstack, project: Path, ssh_hosts: SSHTestHosts
 ) -> None:
-    done = dstack("exec", "--hosts", "10.213.0.99", "--", "true")
+    done = dstack("exec", "--hosts", f"{SUBNET}.99", "--", "true")
     listed = ", ".join(address(ssh_hosts, n) for n in HOSTS)
     assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == f"Error: no host 10.213.0.99 in the SSH fleets (hosts: {listed})\n"
+    assert done.stderr == f"Error: no host {SUBNET}.99 in the SSH fleets (hosts: {listed})\n"

@@ -3,6 +3,7 @@
 Layout (all created here, torn down at the end; a previous run's leftovers are removed first):
 
 - bridge `br-dpssh` 10.213.0.1/24 in the root namespace; hosts `dpssh-<name>` at 10.213.0.11...
+  (`DSTACK_PLAN_SSH_TEST_SLOT=k` makes copy k: `br-dpsshk`, `dpsshk-<name>`, 10.213.k.0/24)
 - `jump` is also on a private link 10.214.0.1/30 to `inner` (10.214.0.2), which is NOT on the
   bridge: the root namespace has no route to it, so only a proxy_jump through `jump` reaches it.
 - every host has its own ed25519 host key (regenerate one and restart its sshd to test a
@@ -22,10 +23,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BRIDGE = "br-dpssh"
-PREFIX = "dpssh-"
-SUBNET = "10.213.0"
-INNER_NET = "10.214.0.0/24"
+SLOT = int(os.environ.get("DSTACK_PLAN_SSH_TEST_SLOT", "0"))
+"""Which copy of the test network (0-9): several test runs side by side (parallel helpers on
+one machine) each set their own, so none tears down another's hosts."""
+BRIDGE = "br-dpssh" if SLOT == 0 else f"br-dpssh{SLOT}"
+PREFIX = "dpssh-" if SLOT == 0 else f"dpssh{SLOT}-"
+SUBNET = f"10.213.{SLOT}"
+INNER = f"10.214.{SLOT}"
+INNER_NET = f"{INNER}.0/24"
 SSHD = "/usr/sbin/sshd"
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
@@ -85,7 +90,7 @@ class SSHTestHosts:
         self.hosts: dict[str, SSHTestHost] = {}
         for i, name in enumerate((*names, "bare", "gpu", "jump")):
             self.hosts[name] = SSHTestHost(name, f"{SUBNET}.{11 + i}", directory / name)
-        self.hosts["inner"] = SSHTestHost("inner", "10.214.0.2", directory / "inner")
+        self.hosts["inner"] = SSHTestHost("inner", f"{INNER}.2", directory / "inner")
         self.fake_bin = directory / "fake-bin"
         self.bare_bin = directory / "bare-bin"
 
@@ -121,8 +126,8 @@ class SSHTestHosts:
         jump, inner = self.hosts["jump"].netns, self.hosts["inner"].netns
         peer = ("peer", "name", "eth0", "netns", inner)
         _ip("-n", jump, "link", "add", "eth1", "type", "veth", *peer)
-        _ip("-n", jump, "addr", "add", "10.214.0.1/30", "dev", "eth1")
-        _ip("-n", inner, "addr", "add", "10.214.0.2/30", "dev", "eth0")
+        _ip("-n", jump, "addr", "add", f"{INNER}.1/30", "dev", "eth1")
+        _ip("-n", inner, "addr", "add", f"{INNER}.2/30", "dev", "eth0")
         _ip("-n", jump, "link", "set", "eth1", "up")
         _ip("-n", inner, "link", "set", "eth0", "up")
         # without this the root namespace would send packets for `inner` to its default

@@ -140,8 +140,9 @@ async def test_proxy_jump_reaches_a_host_only_the_jump_host_can_reach(
         # the root namespace has no route to it: only the jump host gets there
         with pytest.raises(SSHError) as unreachable:
             await pool.connect(direct)
+    address = ssh_hosts["inner"].address
     assert str(unreachable.value) == (
-        "10.214.0.2: 10.214.0.2:22 is unreachable (No route to host): check the address "
+        f"{address}: {address}:22 is unreachable (No route to host): check the address "
         "and the network"
     )
     assert set(keys.pinned) == {jump.name, inner.name}  # both hosts' keys are checked
@@ -155,8 +156,9 @@ async def test_proxy_jump_that_cannot_reach_its_target(
     async with SSHPool(policy(tmp_path)) as pool:
         with pytest.raises(SSHError) as failed:
             await pool.connect(nowhere)
+    address = ssh_hosts["inner"].address
     assert str(failed.value).startswith(
-        f"10.214.0.2:2299: the jump host {jump.name} cannot reach 10.214.0.2:2299: "
+        f"{address}:2299: the jump host {jump.name} cannot reach {address}:2299: "
     )
 
 

@@ -118,6 +118,10 @@ class JobSpec(BaseModel):
     max_duration: float | None = None
     """Seconds of running after which the agent stops the job."""
     registry_auth: RegistryCredentials | None = None
+    code: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """The sha256 of a code archive uploaded with `AgentClient.put_blob`: the agent unpacks
+    it into the job's working dir (`wd/`), the user's home (`home/`) and `/` (`abs/`) before
+    the job's commands start."""
 
     @field_validator("env", mode="before")
     @classmethod
@@ -135,7 +139,9 @@ class JobSpec(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The JSON body for `POST /jobs`: secret values unwrapped (env ones named in
         secret_env), registry credentials (if any) in clear."""
-        data = self.model_dump(mode="json", exclude={"env", "secret_env", "registry_auth"})
+        data = self.model_dump(mode="json", exclude={"env", "secret_env", "registry_auth", "code"})
+        if self.code is not None:  # left out when unset, as registry_auth below
+            data["code"] = self.code
         auth = self.registry_auth
         if auth is not None:  # left out when unset, so agents that predate the field accept it
             data["registry_auth"] = {

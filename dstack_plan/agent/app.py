@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from dstack_plan.agent import gpus as gpu_tools
+from dstack_plan.agent.blobs import BlobStore
 from dstack_plan.agent.datadir import DataDir
 from dstack_plan.agent.dockerlib import DockerEngine
 from dstack_plan.agent.gpualloc import GpuAllocator
@@ -29,6 +30,7 @@ class AgentApp:
         self.started_at = time.time()
         self.agent_id = data.agent_id()
         self.engine = DockerEngine()
+        self.blobs = BlobStore(data.blobs)
         self._gpu_lock = threading.Lock()
         self._gpus: list[dict[str, Any]] = gpu_tools.detect_gpus()
         self._gpus_at = time.monotonic()
@@ -40,12 +42,14 @@ class AgentApp:
             self.allocator,
             self._gpus[0]["vendor"] if self._gpus else None,
             log_max_bytes,
+            self.blobs,
         )
         log.info("agent %s: %d GPU(s) found", self.agent_id, len(self._gpus))
 
     def start(self) -> None:
-        """Connect to docker (if any) and recover jobs from a previous run."""
-        self.engine.client()
+        """Recover jobs from a previous run. Docker is not connected here: the SDK is imported
+        by the first request that needs it (`dockerlib`), so a fresh agent answers sooner and
+        a host that runs no containers never pays for it."""
         self.jobs.recover()
 
     def gpus(self) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 3
 FOLLOW_IDLE_TIMEOUT = 30
+UPLOAD_BYTES_PER_SECOND = 1024 * 1024
 
 
 def _message(response: Response) -> str:
@@ -134,9 +135,16 @@ class AgentClient:
         body: Any = None,
         params: dict[str, Any] | None = None,
         timeout: float | None = None,
+        content: bytes | None = None,
+        content_type: str = "application/octet-stream",
     ) -> Response:
-        content = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        """One API call: `body` is sent as JSON, or `content` as raw bytes."""
+        headers = None
+        if body is not None:
+            content = json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"}
+        elif content is not None:
+            headers = {"Content-Type": content_type}
         for attempt in range(self.retries + 1):
             try:
                 response = await self._http.request(
@@ -288,6 +296,34 @@ class AgentClient:
             info = await self.get_job(job_id)
             if info.finished and position >= info.log_size:
                 return
+
+    async def has_blob(self, sha256: str) -> bool:
+        """Whether the agent holds the uploaded blob (a code archive) `sha256`."""
+        try:
+            await self._request("GET", f"/blobs/{quote(sha256, safe='')}")
+        except AgentError as e:
+            if e.status != 404:
+                raise
+            if "no such endpoint" in str(e):
+                raise AgentError(
+                    self.host,
+                    "this agent cannot receive code (it predates uploads); re-apply the "
+                    "fleet to update it",
+                    404,
+                ) from None
+            return False
+        return True
+
+    async def put_blob(self, sha256: str, data: bytes) -> None:
+        """Upload `data` as blob `sha256` (the agent refuses it if the hash does not match)."""
+        await self._request(
+            "PUT",
+            f"/blobs/{quote(sha256, safe='')}",
+            content=data,
+            content_type="application/gzip",
+            # the body must get through whatever links the agent: allow 1 MB/s at least
+            timeout=self.timeout + len(data) / UPLOAD_BYTES_PER_SECOND,
+        )
 
     async def wait(self, job_id: str, timeout: float, poll_interval: float = 0.1) -> JobInfo:
         """Poll until the job has finished; AgentError if it has not within `timeout` s."""

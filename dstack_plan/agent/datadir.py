@@ -86,6 +86,11 @@ class DataDir:
     def jobs(self) -> Path:
         return self.root / "jobs"
 
+    @property
+    def blobs(self) -> Path:
+        """Uploaded code archives, named by their sha256."""
+        return self.root / "blobs"
+
     def job_dir(self, job_id: str) -> Path:
         return self.jobs / job_id
 

@@ -1,16 +1,88 @@
-"""The docker SDK, imported lazily: a host without the SDK or an engine still runs the agent."""
+"""The docker SDK, imported lazily: a host without the SDK or an engine still runs the agent.
+
+Importing the SDK (requests, urllib3...) costs a host more CPU than the rest of the agent's
+start, so the agent starts without it: `client()` imports and connects on the first request
+that needs containers (a docker job, re-adopting one after a restart). Host facts ask the
+engine's version over its socket with the standard library instead (`probe`), falling back to
+the SDK only for an engine the probe cannot reach (TLS, ssh://). So `present` says an engine
+answers; an SDK that does not import on this python (too new for it) is reported from the first
+request that needed it on (that request fails, saying why).
+"""
 
 from __future__ import annotations
 
+import http.client
+import importlib.util
+import json
 import logging
+import os
+import socket
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
 API_TIMEOUT = 60
+PROBE_TIMEOUT = 5.0
+DEFAULT_HOST = "unix:///var/run/docker.sock"
 _RETRY_AFTER = 5.0
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket (the engine's usual address)."""
+
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _probe_connection(environ: dict[str, str]) -> http.client.HTTPConnection | None:
+    """A connection to the engine the SDK's `from_env` would use, or None when only the SDK
+    can reach it (TLS settings, an ssh:// or npipe:// address)."""
+    if environ.get("DOCKER_TLS_VERIFY") or environ.get("DOCKER_CERT_PATH"):
+        return None
+    address = urlsplit(environ.get("DOCKER_HOST") or DEFAULT_HOST)
+    if address.scheme == "unix":
+        return _UnixConnection(address.path, PROBE_TIMEOUT)
+    if address.scheme in ("tcp", "http") and address.hostname:
+        return http.client.HTTPConnection(
+            address.hostname, address.port or 2375, timeout=PROBE_TIMEOUT
+        )
+    return None
+
+
+def probe(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The engine's `/version` (stdlib only); None when only the SDK can ask. Raises OSError
+    or ValueError when the engine does not answer, or not as an engine."""
+    conn = _probe_connection(dict(os.environ if environ is None else environ))
+    if conn is None:
+        return None
+    try:
+        conn.request("GET", "/version")
+        response = conn.getresponse()
+        body = response.read()
+    except http.client.HTTPException as e:
+        raise OSError(f"no docker engine answers: {e}") from e
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise OSError(f"the docker engine answered {response.status} {response.reason}")
+    version = json.loads(body)
+    if not isinstance(version, dict):
+        raise ValueError("the docker engine's /version is not an object")
+    return version
 
 
 class DockerEngine:
@@ -22,6 +94,14 @@ class DockerEngine:
         self._version: dict[str, Any] = {}
         self.error: str | None = None
         self._last_attempt = 0.0
+        self._sdk_error: str | None = None
+        """Why the SDK does not import here (then no container runs, whatever the engine)."""
+        self._probe_failed: tuple[float, str] | None = None
+
+    @property
+    def connected(self) -> bool:
+        """The SDK is imported and its client connected."""
+        return self._client is not None
 
     def client(self) -> Any:
         """A connected `docker.DockerClient`, or None (see `error`) when no engine answers."""
@@ -35,7 +115,7 @@ class DockerEngine:
             try:
                 import docker  # noqa: PLC0415 - optional, and slow to import
             except Exception as e:  # an SDK too new for this python raises SyntaxError etc.
-                self.error = f"docker SDK not usable: {type(e).__name__}: {e}"
+                self.error = self._sdk_error = f"docker SDK not usable: {type(e).__name__}: {e}"
                 return None
             try:
                 client = docker.from_env(timeout=API_TIMEOUT)
@@ -51,13 +131,54 @@ class DockerEngine:
             return client
 
     def facts(self) -> dict[str, Any]:
-        """{present, version, api_version, error} for /host."""
+        """{present, version, api_version, error} for /host, without importing the SDK while
+        no request has needed it (see module doc)."""
+        # no SDK at all (a bundle built without it): `client` says so, importing nothing
+        if self._client is None and self._sdk_error is None and _sdk_installed():
+            probed = self._probe()
+            if probed is not None:
+                return probed
         client = self.client()
         if client is None:
-            return {"present": False, "version": None, "api_version": None, "error": self.error}
+            return _absent(self.error)
         return {
             "present": True,
             "version": self._version.get("Version"),
             "api_version": client.api.api_version,
             "error": None,
         }
+
+    def _probe(self) -> dict[str, Any] | None:
+        """Facts from `probe`, or None when only the SDK can tell. A failure is remembered for
+        a few seconds, as `client` does; an answer is asked again each time (it is cheap)."""
+        with self._lock:
+            failed = self._probe_failed
+            if failed is not None and time.monotonic() - failed[0] < _RETRY_AFTER:
+                return _absent(failed[1])
+            try:
+                version = probe()
+            except (OSError, ValueError) as e:
+                self._probe_failed = (time.monotonic(), f"no docker engine answers: {e}")
+                return _absent(self._probe_failed[1])
+            self._probe_failed = None
+        if version is None:
+            return None
+        return {
+            "present": True,
+            "version": version.get("Version"),
+            "api_version": version.get("ApiVersion"),
+            "error": None,
+        }
+
+
+def _sdk_installed() -> bool:
+    """The docker SDK can be found (not imported: whether it imports on this python, the
+    first request that needs it tells)."""
+    try:
+        return importlib.util.find_spec("docker") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _absent(error: str | None) -> dict[str, Any]:
+    return {"present": False, "version": None, "api_version": None, "error": error}

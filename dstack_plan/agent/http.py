@@ -200,8 +200,19 @@ class _Exchange:
 
     @staticmethod
     async def _guard(step: Awaitable[Any], timeout: float, doing: str) -> Any:
+        # Not asyncio.wait_for: before Python 3.12 it swallows a cancellation that comes as
+        # `step` completes, and a cancelled log stream then waits for ever (Ctrl-C hung).
+        task = asyncio.ensure_future(step)
         try:
-            return await asyncio.wait_for(step, timeout)
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            raise TransportError(f"timed out after {timeout:g}s {doing}")
+        try:
+            return task.result()
         except asyncio.TimeoutError:
             raise TransportError(f"timed out after {timeout:g}s {doing}") from None
         except (OSError, EOFError) as err:

@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+from dstack_plan.agent.blobs import BlobStore
 from dstack_plan.agent.datadir import DataDir, read_json, write_json_atomic
 from dstack_plan.agent.dockerlib import DockerEngine
 from dstack_plan.agent.gpualloc import GpuAllocator, GpuUnavailable
@@ -64,8 +65,10 @@ class JobManager:
         gpus: GpuAllocator,
         gpu_vendor: str | None,
         log_max_bytes: int,
+        blobs: BlobStore | None = None,
     ):
         self._data = data
+        self.blobs = blobs or BlobStore(data.blobs)
         self._agent_id = agent_id
         self._engine = engine
         self._gpus = gpus
@@ -78,8 +81,8 @@ class JobManager:
         self._timers = Timers()
         self._shutting_down = False
         self.runtimes: dict[str, Runtime] = {
-            RUNTIME_PROCESS: ProcessRuntime(data.jobs),
-            RUNTIME_DOCKER: DockerRuntime(engine, agent_id, log_max_bytes),
+            RUNTIME_PROCESS: ProcessRuntime(data.jobs, self.blobs),
+            RUNTIME_DOCKER: DockerRuntime(engine, agent_id, log_max_bytes, self.blobs),
         }
 
     # -- persistence and recovery ----------------------------------------------------------
@@ -232,6 +235,13 @@ class JobManager:
     def submit(self, payload: Any) -> tuple[int, dict[str, Any]]:
         """Validate and start a job; (201, info), or (200, info) for a repeated identical one."""
         spec = parse_job_spec(payload)
+        if spec.code is not None and not self.blobs.has(spec.code):
+            raise ApiError(
+                400,
+                f"code: no uploaded archive {spec.code}; upload it first (PUT /blobs/{spec.code})",
+                "code",
+                "missing_code",
+            )
         runtime = RUNTIME_DOCKER if spec.image else RUNTIME_PROCESS
         if runtime == RUNTIME_DOCKER and self._engine.client() is None:
             raise ApiError(

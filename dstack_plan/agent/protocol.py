@@ -65,5 +65,7 @@ REDACTED = "(redacted)"
 DEFAULT_LOG_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_STOP_TIMEOUT = 10.0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+MAX_BLOB_BYTES = 1024 * 1024 * 1024
+"""A code archive upload (`PUT /blobs/{sha256}`) streams to disk, so it may be far larger."""
 MAX_LOG_CHUNK_BYTES = 8 * 1024 * 1024
 DEFAULT_LOG_CHUNK_BYTES = 1024 * 1024

@@ -14,12 +14,14 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from dstack_plan.agent.app import AgentApp
+from dstack_plan.agent.blobs import BlobError
 from dstack_plan.agent.jobs import ApiError
 from dstack_plan.agent.protocol import (
     AGENT_VERSION,
     DEFAULT_LOG_CHUNK_BYTES,
     HEADER_LOG_FIRST_OFFSET,
     HEADER_LOG_OFFSET,
+    MAX_BLOB_BYTES,
     MAX_LOG_CHUNK_BYTES,
     MAX_REQUEST_BYTES,
 )
@@ -42,7 +44,11 @@ _ROUTES: list[Route] = [
     ("DELETE", re.compile(r"/jobs/(?P<job_id>[^/]+)"), "delete_job"),
     ("GET", re.compile(r"/jobs/(?P<job_id>[^/]+)/logs"), "logs"),
     ("POST", re.compile(r"/jobs/(?P<job_id>[^/]+)/stop"), "stop_job"),
+    ("GET", re.compile(r"/blobs/(?P<sha256>[^/]+)"), "has_blob"),
+    ("PUT", re.compile(r"/blobs/(?P<sha256>[^/]+)"), "put_blob"),
 ]
+_STREAMED_BODY = re.compile(r"/blobs/[^/]+")
+"""PUT bodies that go to disk as they arrive (`api_put_blob`) instead of into memory."""
 
 
 class AgentServer(ThreadingHTTPServer):
@@ -107,9 +113,14 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         self._body: bytes | None = None
         try:
-            # Read the body first, whatever the answer: keep-alive needs the stream in sync.
-            self._read_body()
             url = urlsplit(self.path)
+            if method == "PUT" and _STREAMED_BODY.fullmatch(url.path):
+                # The handler reads the body itself; an answer before it did leaves the
+                # stream out of sync, so such a connection is never reused.
+                self.close_connection = True
+            else:
+                # Read the body first, whatever the answer: keep-alive needs the stream in sync.
+                self._read_body()
             query = parse_qs(url.query, keep_blank_values=True)
             self._check_token()
             name, params = self._route(method, url.path)
@@ -126,6 +137,10 @@ class Handler(BaseHTTPRequestHandler):
                         "problems": problems,
                     }
                 },
+            )
+        except BlobError as e:
+            self._send_json(
+                e.status, {"error": {"code": e.code, "message": str(e), "field": "sha256"}}
             )
         except ApiError as e:
             extra = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
@@ -275,6 +290,29 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(abort, bool):
             raise ApiError(400, "abort: must be true or false", "abort")
         self._send_json(202, self.app.jobs.stop(job_id, timeout, abort))
+
+    def api_has_blob(self, query: dict[str, list[str]], sha256: str) -> None:
+        path = self.app.blobs.path(sha256)
+        if not path.is_file():
+            raise ApiError(404, f"no blob {sha256}", "sha256", "no_blob")
+        self._send_json(200, {"sha256": sha256, "size": path.stat().st_size})
+
+    def api_put_blob(self, query: dict[str, list[str]], sha256: str) -> None:
+        """Store the body as blob `sha256` (verified): 201 when new, 200 when it existed."""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raise ApiError(411, "send the body with a Content-Length", None, "length_required")
+        try:
+            length = int(self.headers.get("Content-Length") or "")
+        except ValueError:
+            raise ApiError(
+                411, "send the body with a Content-Length", None, "length_required"
+            ) from None
+        if not 0 <= length <= MAX_BLOB_BYTES:
+            raise ApiError(
+                413, f"blob is {length} bytes; the limit is {MAX_BLOB_BYTES}", None, "too_large"
+            )
+        created = self.app.blobs.put(sha256, self.rfile, length)
+        self._send_json(201 if created else 200, {"sha256": sha256, "size": length})
 
     def api_logs(self, query: dict[str, list[str]], job_id: str) -> None:
         job = self.app.jobs.get(job_id)

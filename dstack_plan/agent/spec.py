@@ -14,6 +14,7 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?")
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]{0,127}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 ENV_VALUE_MAX = 64 * 1024
 ENV_TOTAL_MAX = 1024 * 1024
@@ -89,6 +90,8 @@ class JobSpec:
     stop_timeout: float = 10.0
     max_duration: float | None = None
     registry_auth: RegistryAuth | None = None
+    code: str | None = None
+    """The sha256 of an uploaded code archive, unpacked into the job before it starts."""
 
     @property
     def gpu_count(self) -> int:
@@ -104,6 +107,7 @@ class JobSpec:
                 if name in env:
                     env[name] = REDACTED
         auth = self.registry_auth
+        code = {} if self.code is None else {"code": self.code}  # as older agents wrote it
         return {
             "id": self.id,
             "run_name": self.run_name,
@@ -136,6 +140,7 @@ class JobSpec:
             "stop_timeout": self.stop_timeout,
             "max_duration": self.max_duration,
             "registry_auth": None if auth is None else auth.to_dict(redact),
+            **code,
         }
 
 
@@ -290,6 +295,9 @@ def parse_job_spec(data: Any) -> JobSpec:
     stop_timeout = c.number("stop_timeout", 0, 3600, low_inclusive=True)
     max_duration = c.number("max_duration", 0, 366 * 86400, low_inclusive=False)
     registry_auth = _check_registry_auth(c)
+    code = c.optional_string("code", 64)
+    if code is not None and not _SHA256.fullmatch(code):
+        c.bad("code", "must be the sha256 (64 lower-case hex digits) of an uploaded archive")
 
     if image is None:
         _check_process_only(c, commands, entrypoint, volumes, privileged, network_mode)
@@ -323,6 +331,7 @@ def parse_job_spec(data: Any) -> JobSpec:
         stop_timeout=10.0 if stop_timeout is None else stop_timeout,
         registry_auth=registry_auth,
         max_duration=max_duration,
+        code=code,
     )
 
 

@@ -6,11 +6,15 @@ and resumes their logs from the cursor it stored (see docker_logs).
 
 from __future__ import annotations
 
+import io
 import logging
+import posixpath
+import tarfile
 import threading
 import time
 from typing import Any
 
+from dstack_plan.agent.blobs import ABS, HOME, WD, BlobStore, UnpackError, repack
 from dstack_plan.agent.dockerlib import DockerEngine
 from dstack_plan.agent.job import Job
 from dstack_plan.agent.protocol import (
@@ -46,8 +50,15 @@ def _explain(e: Exception) -> str:
 class DockerRuntime(Runtime):
     name = RUNTIME_DOCKER
 
-    def __init__(self, engine: DockerEngine, agent_id: str, log_max_bytes: int):
+    def __init__(
+        self,
+        engine: DockerEngine,
+        agent_id: str,
+        log_max_bytes: int,
+        blobs: BlobStore | None = None,
+    ):
         self._engine = engine
+        self._blobs = blobs
         self._agent_id = agent_id
         # The engine keeps its own copy of the output until we remove the container. Cap it, far
         # above our own cap (a restart resumes exactly only while the engine has not rotated
@@ -80,6 +91,8 @@ class DockerRuntime(Runtime):
         container_id = created["Id"]
         if ctl.set_handles(job, container_id=container_id) is not None:
             return 0  # stopped before it started: cleanup() removes the container
+        if job.spec.code:
+            self._copy_code(api, job, container_id)
         try:
             # Attached before the start, like `docker run`: output arrives as it is written,
             # where the logs API would first wait for the engine to finish an early exit.
@@ -200,6 +213,28 @@ class DockerRuntime(Runtime):
             "detach": True,
             "host_config": api.create_host_config(**host),
         }
+
+    def _copy_code(self, api: Any, job: Job, container_id: str) -> None:
+        """Put the code archive into the created container: `wd/` in its working dir (the
+        spec's, else the image's WORKDIR, else `/`), `home/` in its user's home, `abs/` at
+        `/`, owned by its user."""
+        code = job.spec.code
+        if self._blobs is None or code is None or not self._blobs.has(code):
+            raise StartError(EXECUTOR_ERROR, f"the code archive {code} is not on this host")
+        config = api.inspect_container(container_id)["Config"]
+        workdir = config.get("WorkingDir") or "/"
+        uid, gid, home = _container_account(api, container_id, config.get("User") or "")
+        try:
+            data = repack(self._blobs.path(code), {WD: workdir, HOME: home, ABS: "/"}, uid, gid)
+        except UnpackError as e:
+            raise StartError(CREATING_CONTAINER_ERROR, f"cannot unpack the code: {e}") from e
+        try:
+            api.put_archive(container_id, "/", data)
+        except Exception as e:
+            raise StartError(
+                CREATING_CONTAINER_ERROR,
+                f"cannot copy the code into the container ({workdir}): {_explain(e)}",
+            ) from e
 
     def _ports(self, api: Any, job: Job, container_id: str) -> list[dict[str, Any]]:
         """Where each port listens on the host: the same port on the host network, else the
@@ -354,6 +389,45 @@ class DockerRuntime(Runtime):
         except Exception as e:
             if "No such container" not in str(e):
                 log.warning("job %s: removing the container failed: %s", job.id, _explain(e))
+
+
+def _container_account(api: Any, container_id: str, user: str) -> tuple[int, int, str]:
+    """uid, gid and home of the container's `user[:group]` (names looked up in the image's
+    /etc/passwd and /etc/group); root's when unset, `/` as home when the image has no entry."""
+    name, _, group = user.partition(":")
+    if not name or name in ("root", "0"):
+        uid, gid, home = 0, 0, "/root"
+    else:
+        # an unknown name stays 0: docker itself refuses to start such a container
+        uid, gid, home = (int(name), int(name), "/") if name.isdigit() else (0, 0, "/")
+        for row in _container_rows(api, container_id, "/etc/passwd", 7):
+            if row[0] == name or row[2] == name:
+                uid, gid, home = int(row[2]), int(row[3]), row[5] or "/"
+                break
+    if group.isdigit():
+        gid = int(group)
+    elif group:
+        for row in _container_rows(api, container_id, "/etc/group", 3):
+            if row[0] == group:
+                gid = int(row[2])
+                break
+    return uid, gid, posixpath.normpath(home)
+
+
+def _container_rows(api: Any, container_id: str, path: str, fields: int) -> list[list[str]]:
+    """The `:`-separated rows of a file of the container whose numeric fields parse (none
+    when the image has no such file)."""
+    try:
+        stream, _ = api.get_archive(container_id, path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            handle = tar.extractfile(member) if member is not None else None
+            text = handle.read().decode(errors="replace") if handle is not None else ""
+    except Exception:
+        return []
+    rows = [line.split(":") for line in text.splitlines()]
+    numeric = (2, 3) if fields >= 7 else (2,)
+    return [r for r in rows if len(r) >= fields and all(r[i].isdigit() for i in numeric)]
 
 
 def _close(sock: Any) -> None:

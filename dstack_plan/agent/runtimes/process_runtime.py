@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import signal
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
+from dstack_plan.agent.blobs import ABS, HOME, WD, BlobStore, UnpackError, unpack
 from dstack_plan.agent.job import Job
 from dstack_plan.agent.protocol import EXECUTOR_ERROR, RUNTIME_PROCESS
 from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError, host_network_ports
@@ -60,6 +62,17 @@ def job_argv(job: Job) -> list[str]:
     return ["/bin/sh", "-c", " && ".join(spec.commands)]
 
 
+def _account(user: str | None) -> pwd.struct_passwd | None:
+    """The passwd entry of a job's `user[:group]` (name or uid), or this agent's own."""
+    name = (user or "").partition(":")[0]
+    try:
+        if not name:
+            return pwd.getpwuid(os.geteuid())
+        return pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
 def gpu_env(vendor: str | None, indices: list[int]) -> dict[str, str]:
     """Visible-device variables restricting the job to its GPUs (empty on a GPU-less host)."""
     if vendor is None:
@@ -71,8 +84,9 @@ def gpu_env(vendor: str | None, indices: list[int]) -> dict[str, str]:
 class ProcessRuntime(Runtime):
     name = RUNTIME_PROCESS
 
-    def __init__(self, jobs_dir: Path):
+    def __init__(self, jobs_dir: Path, blobs: BlobStore | None = None):
         self._jobs_dir = jobs_dir
+        self._blobs = blobs
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
 
@@ -99,6 +113,11 @@ class ProcessRuntime(Runtime):
                 kwargs["group"] = int(group) if group.isdigit() else group
         try:
             cwd = self._working_dir(job)
+        except OSError as e:
+            raise StartError(EXECUTOR_ERROR, f"cannot create the working dir: {e}") from e
+        if job.spec.code:
+            self._unpack_code(job, cwd)
+        try:
             proc = subprocess.Popen(
                 job_argv(job),
                 cwd=cwd,
@@ -136,6 +155,24 @@ class ProcessRuntime(Runtime):
         finally:
             with self._lock:
                 self._procs.pop(job.id, None)
+
+    def _unpack_code(self, job: Job, cwd: Path) -> None:
+        """Put the job's code archive in place: `wd/` in its working dir, `home/` in its
+        user's home, `abs/` at `/` (as this agent's user, as the job itself would write)."""
+        code = job.spec.code
+        if self._blobs is None or code is None or not self._blobs.has(code):
+            raise StartError(EXECUTOR_ERROR, f"the code archive {code} is not on this host")
+        account = _account(job.spec.user)
+        owner = None
+        if account is not None and os.geteuid() == 0 and account.pw_uid != 0:
+            owner = (account.pw_uid, account.pw_gid)  # the job's user can change its files
+        home = Path(account.pw_dir) if account is not None else Path.home()
+        try:
+            cwd.mkdir(parents=True, exist_ok=True)
+            count = unpack(self._blobs.path(code), {WD: cwd, HOME: home, ABS: Path("/")}, owner)
+        except (UnpackError, OSError) as e:
+            raise StartError(EXECUTOR_ERROR, f"cannot unpack the code into {cwd}: {e}") from e
+        log.info("job %s: unpacked %d file(s) of code %s", job.id, count, code[:12])
 
     def _read(self, job: Job, ctl: JobControl, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None

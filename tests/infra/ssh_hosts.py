@@ -10,6 +10,10 @@ Layout (all created here, torn down at the end; a previous run's leftovers are r
   changed key) and accepts the one client key; root's slow `~/.bashrc` is hidden per host.
 - `bare` logs in with a PATH that has neither python3 nor docker, and forbids TCP forwarding;
   `gpu` has a fake `nvidia-smi` first on its PATH.
+- `sysd` looks as if systemd ran there: `DSTACK_PLAN_SYSTEMD_ROOT` points at its own stand-in
+  for `/` (with `run/systemd/system/`) and a fake `systemctl` (tests/infra/fake_systemctl.py)
+  is first on its PATH. Every other host gets a `DSTACK_PLAN_SYSTEMD_ROOT` without systemd, so
+  where the machine itself runs systemd, no test installs a unit into the real one.
 
 Needs root, `ip netns` and /usr/sbin/sshd; `available()` says why not.
 """
@@ -32,6 +36,7 @@ SUBNET = f"10.213.{SLOT}"
 INNER = f"10.214.{SLOT}"
 INNER_NET = f"{INNER}.0/24"
 SSHD = "/usr/sbin/sshd"
+SYSTEMD_ROOT_ENV = "DSTACK_PLAN_SYSTEMD_ROOT"  # dstack_plan.providers.ssh.systemd.ROOT_ENV
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 case "$*" in
@@ -88,11 +93,14 @@ class SSHTestHosts:
         self.directory = directory
         self.client_key = directory / "client_ed25519"
         self.hosts: dict[str, SSHTestHost] = {}
-        for i, name in enumerate((*names, "bare", "gpu", "jump")):
+        for i, name in enumerate((*names, "bare", "gpu", "jump", "sysd")):
             self.hosts[name] = SSHTestHost(name, f"{SUBNET}.{11 + i}", directory / name)
         self.hosts["inner"] = SSHTestHost("inner", f"{INNER}.2", directory / "inner")
         self.fake_bin = directory / "fake-bin"
         self.bare_bin = directory / "bare-bin"
+        self.systemd_bin = directory / "systemd-bin"
+        self.systemd_root = directory / "systemd-root"
+        """`sysd`'s stand-in for `/`: its unit files, and the fake systemctl's log."""
 
     def __getitem__(self, name: str) -> SSHTestHost:
         return self.hosts[name]
@@ -133,8 +141,20 @@ class SSHTestHosts:
         # without this the root namespace would send packets for `inner` to its default
         # gateway (off the machine); now a direct connection fails at once, locally
         _ip("route", "add", "unreachable", INNER_NET)
-        self.hosts["bare"].sshd_options = [f"SetEnv PATH={self.bare_bin}", "AllowTcpForwarding no"]
-        self.hosts["gpu"].sshd_options = [f"SetEnv PATH={self.fake_bin}:/usr/bin:/bin"]
+        # sshd takes the first SetEnv line only: every variable of a host goes on one
+        no_systemd = f"{SYSTEMD_ROOT_ENV}={self.directory / 'no-systemd'}"
+        for host in self.hosts.values():
+            host.sshd_options = [f"SetEnv {no_systemd}"]
+        self.hosts["bare"].sshd_options = [
+            f"SetEnv PATH={self.bare_bin} {no_systemd}",
+            "AllowTcpForwarding no",
+        ]
+        self.hosts["gpu"].sshd_options = [
+            f"SetEnv PATH={self.fake_bin}:/usr/bin:/bin {no_systemd}"
+        ]
+        self.hosts["sysd"].sshd_options = [
+            f"SetEnv PATH={self.systemd_bin}:/usr/bin:/bin {SYSTEMD_ROOT_ENV}={self.systemd_root}"
+        ]
         for host in self.hosts.values():
             host.directory.mkdir(parents=True, exist_ok=True)
             _keygen(host.host_key)
@@ -145,6 +165,13 @@ class SSHTestHosts:
 
     def _make_bins(self) -> None:
         self.fake_bin.mkdir(exist_ok=True)
+        self.systemd_bin.mkdir(exist_ok=True)
+        systemctl = self.systemd_bin / "systemctl"
+        shutil.copyfile(Path(__file__).with_name("fake_systemctl.py"), systemctl)
+        systemctl.chmod(0o755)
+        shutil.rmtree(self.systemd_root, ignore_errors=True)  # no units of an earlier run
+        (self.systemd_root / "run/systemd/system").mkdir(parents=True)
+        (self.systemd_root / "etc/systemd/system").mkdir(parents=True)
         smi = self.fake_bin / "nvidia-smi"
         smi.write_text(FAKE_NVIDIA_SMI)
         smi.chmod(0o755)

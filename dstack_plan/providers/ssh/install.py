@@ -1,5 +1,5 @@
-"""Put the agent on an SSH host and start it: upload over SFTP, start detached, read back how
-to reach it.
+"""Put the agent on an SSH host and start it: upload over SFTP, start it (a systemd unit where
+systemd runs, detached otherwise), read back how to reach it.
 
 On the host, everything lives in `<agent_dir>/hosts/<node name>/` (`agent_dir` is
 `~/.dstack-plan` unless absolute): `agent.pyz` and the agent's data dir `data/`. The node name
@@ -7,11 +7,23 @@ On the host, everything lives in `<agent_dir>/hosts/<node name>/` (`agent_dir` i
 
     remote = await install_agent(conn, "gpu-1", bundle)   # RemoteAgent: port, token, ...
 
-The upload is skipped when the host already has the same build (same sha256); a running agent
-of that build is reused. A new build replaces the old in place: stop the old agent, upload,
-start (containers of running jobs keep running: the agent finds them again by label). The
-agent is started detached, not as a systemd unit, so it does not survive a reboot: the next
-command that needs it starts it again.
+The upload is skipped when the host already has the same build (same sha256, recorded in
+`agent.pyz.sha256` at upload); a running agent of that build is reused. A new build replaces
+the old in place: stop the old agent, upload, start (containers of running jobs keep running:
+the agent finds them again by label).
+
+Reusing a running agent takes one remote command and no python on the host (`locate.py`): it
+reads the recorded sha256, the agent's pid, connection and token files, and checks that the pid
+is the agent's `serve` process on this data dir; where systemd runs, also that the unit file is
+the one this install would write, and enabled. Only when something is missing or different
+does the install go on (upload, `agent.pyz start`, the unit). The agent so found is the one
+`agent.pyz start` would have found running and returned.
+
+Where systemd runs, the agent runs as an enabled unit (`systemd.py`), so it comes back after a
+reboot (`RemoteAgent.persistent`); a non-root user's unit needs lingering for that, which the
+install turns on when it may. Elsewhere (or when the user's service manager does not answer)
+the agent is started detached and does not survive a reboot: the next command that needs it
+starts it again.
 """
 
 from __future__ import annotations
@@ -21,59 +33,36 @@ import json
 import logging
 import secrets
 import shlex
-import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from dstack_plan.agent.build import build_zipapp
+from dstack_plan.agent.datadir import DataDir
 from dstack_plan.agent.protocol import TOKEN_FILE
 from dstack_plan.errors import SSHError
+from dstack_plan.providers.ssh import locate
+from dstack_plan.providers.ssh.bundle import AgentBundle, build_bundle, cached_bundle
+from dstack_plan.providers.ssh.locate import BUNDLE_NAME, SHA256_NAME, Running, UnitFile
+from dstack_plan.providers.ssh.systemd import AgentUnit, SystemdFacts
+
+__all__ = [
+    "AgentBundle",
+    "SHA256_NAME",
+    "RemoteAgent",
+    "build_bundle",
+    "cached_bundle",
+    "find_agent",
+    "install_agent",
+    "stop_agent",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_AGENT_DIR = ".dstack-plan"
-BUNDLE_NAME = "agent.pyz"
 START_WAIT = 20.0
 COMMAND_TIMEOUT = 60.0
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip's epoch: the same sources give the same bytes
-_SHA256 = "import hashlib,sys;print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())"
-
-
-@dataclass(frozen=True)
-class AgentBundle:
-    """The agent zipapp to install, and its sha256 (what says two builds are the same)."""
-
-    path: Path
-    sha256: str
-
-    @classmethod
-    def of(cls, path: Path) -> AgentBundle:
-        """The bundle at `path` (already built)."""
-        return cls(path, hashlib.sha256(path.read_bytes()).hexdigest())
-
-
-def build_bundle(out: Path, *, include_docker: bool = True) -> AgentBundle:
-    """Build the agent zipapp at `out` reproducibly: the same sources give the same bytes (no
-    file times inside), so a host that has this build is recognised and not uploaded to."""
-    with tempfile.TemporaryDirectory(prefix="dstack-agent-") as tmp:
-        built = build_zipapp(Path(tmp) / BUNDLE_NAME, include_docker=include_docker)
-        content = built.read_bytes()
-        start = content.index(b"PK\x03\x04")  # after the `#!` line zipapp writes first
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(built) as source, open(out, "wb") as target:
-            target.write(content[:start])
-            with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
-                for info in source.infolist():
-                    member = zipfile.ZipInfo(info.filename, _FIXED_TIME)
-                    member.external_attr = info.external_attr
-                    member.compress_type = zipfile.ZIP_DEFLATED
-                    archive.writestr(member, source.read(info))
-    out.chmod(0o755)
-    return AgentBundle.of(out)
 
 
 class RemoteAgent(BaseModel):
@@ -92,12 +81,18 @@ class RemoteAgent(BaseModel):
     """This install uploaded the bundle (the host had another build, or none)."""
     already_running: bool
     """The agent was running already (this install started none)."""
+    persistent: bool = False
+    """It runs as an enabled systemd unit, so it comes back after a reboot (False: started
+    detached, or a user unit without lingering)."""
 
 
 @dataclass(frozen=True)
 class _Location:
     directory: str
     sha256: str | None
+    systemd: SystemdFacts | None = None
+    running: Running | None = None
+    unit_file: UnitFile | None = None
 
     @property
     def bundle(self) -> str:
@@ -116,14 +111,35 @@ class _Location:
         """A command printing an empty line, then the agent's token."""
         return f"echo && cat {shlex.quote(f'{self.data}/{TOKEN_FILE}')}"
 
+    def record_sha256(self, sha256: str) -> str:
+        """A command writing the bundle's sha256 beside it (after an upload)."""
+        sha_file = shlex.quote(f"{self.directory}/{SHA256_NAME}")
+        partial = shlex.quote(f"{self.directory}/.{SHA256_NAME}.{secrets.token_hex(4)}")
+        return f"printf '%s\\n' {sha256} >{partial} && mv -f {partial} {sha_file}"
 
-def _base(agent_dir: str) -> str:
-    """`agent_dir` as a shell word: relative ones are under the login user's home."""
-    return (
-        shlex.quote(agent_dir)
-        if agent_dir.startswith("/")
-        else f'"$HOME"/{shlex.quote(agent_dir)}'
-    )
+    def start_detached(self) -> str:
+        """Start the agent detached (or find it running), then print its token."""
+        start = self.agent_command("start", "--wait", f"{START_WAIT:g}")
+        return f"{start} && {self.print_token()}"
+
+    def status(self) -> str:
+        """Print the agent's status (exit 3: none runs), then its token."""
+        return f"{self.agent_command('status')} && {self.print_token()}"
+
+    def unit(self, host: str) -> AgentUnit | None:
+        """The agent's systemd unit, when systemd runs on the host."""
+        if self.systemd is None:
+            return None
+        args = ["-I", self.bundle, "start", "--wait", f"{START_WAIT:g}", "--data-dir", self.data]
+        try:
+            return AgentUnit.of(
+                self.systemd,
+                self.directory.rsplit("/", 1)[-1],
+                args,
+                str(DataDir(Path(self.data)).pid_file),
+            )
+        except ValueError as e:
+            raise SSHError(host, f"cannot write the agent's systemd unit: {e}") from e
 
 
 async def _run(
@@ -149,18 +165,52 @@ async def _run(
 
 
 async def _locate(conn: asyncssh.SSHClientConnection, host: str, agent_dir: str) -> _Location:
-    script = (
-        f'd={_base(agent_dir)}/hosts/"$(uname -n)"; echo "dir=$d"; '
-        f'if [ -f "$d/{BUNDLE_NAME}" ]; then echo "sha=$(python3 -c {shlex.quote(_SHA256)} '
-        f'"$d/{BUNDLE_NAME}")"; fi'
+    """Where the agent goes, which build is there, whether it runs (one command: `locate`)."""
+    _, output = await _run(conn, host, locate.script(agent_dir), "looking for the agent")
+    said = locate.parse_facts(output)
+    directory = said.get("dir", "")
+    if not directory.startswith("/"):
+        raise SSHError(host, f"cannot tell where the agent goes: the shell said {said!r}")
+    return _Location(
+        directory,
+        said.get("sha") or None,
+        SystemdFacts.parse(said),
+        locate.running(f"{directory}/{BUNDLE_NAME}", f"{directory}/data", said),
+        locate.unit_file(said),
     )
-    facts = dict(
-        line.partition("=")[::2]
-        for line in (await _run(conn, host, script, "looking for the agent"))[1].splitlines()
+
+
+def _reuse(host: str, where: _Location, unit: AgentUnit | None) -> RemoteAgent | None:
+    """The running agent, when nothing needs doing to reuse it (see module doc)."""
+    running = where.running
+    if running is None:
+        return None
+    persistent = False
+    if unit is not None:
+        found = where.unit_file
+        expected = hashlib.sha256(f"{unit.text}\n".encode()).hexdigest()
+        if found is None or found.path != unit.path or found.sha256 != expected:
+            return None  # no unit, or another one: the start script writes it
+        if not found.enabled or (unit.user and not unit.lingering):
+            return None  # the start script enables it (and lingering)
+        persistent = True
+    return _found(host, where, running, persistent=persistent)
+
+
+def _found(host: str, where: _Location, running: Running, *, persistent: bool) -> RemoteAgent:
+    """The running agent `_locate` found, reused as it is."""
+    return RemoteAgent(
+        host=host,
+        directory=where.directory,
+        port=running.port,
+        token=SecretStr(running.token),
+        pid=running.pid,
+        version=running.version,
+        sha256=where.sha256 or "",
+        uploaded=False,
+        already_running=True,
+        persistent=persistent,
     )
-    if not facts.get("dir", "").startswith("/"):
-        raise SSHError(host, f"cannot tell where the agent goes: the shell said {facts!r}")
-    return _Location(facts["dir"], facts.get("sha") or None)
 
 
 async def _upload(
@@ -173,6 +223,11 @@ async def _upload(
             await sftp.makedirs(where.directory, exist_ok=True)
             await sftp.put(str(bundle.path), partial)
             await sftp.chmod(partial, 0o755)
+            # no sha256 file while it does not describe the bundle (the start writes it)
+            try:
+                await sftp.remove(f"{where.directory}/{SHA256_NAME}")
+            except asyncssh.SFTPNoSuchFile:
+                pass
             await sftp.posix_rename(partial, where.bundle)
     except (asyncssh.Error, OSError) as e:
         raise SSHError(
@@ -193,17 +248,47 @@ async def install_agent(
     """Make the agent of `bundle` run on the host and say how to reach it (see module doc).
 
     Safe to repeat: with the same build on the host and running, it uploads and starts
-    nothing. Raises SSHError naming the host when a step fails.
+    nothing, in one remote command. Raises SSHError naming the host when a step fails.
     """
     where = await _locate(conn, host, agent_dir)
     uploaded = where.sha256 != bundle.sha256
+    unit = where.unit(host)
+    if not uploaded:
+        reused = _reuse(host, where, unit)
+        if reused is not None:
+            return reused
     if uploaded:
         if where.sha256 is not None:  # another build: stop its agent before replacing it
-            await _run(conn, host, where.agent_command("stop"), "stopping the old agent")
+            stop = where.agent_command("stop")
+            script = stop if unit is None else unit.restart_stop_script(stop)
+            await _run(conn, host, script, "stopping the old agent")
         await _upload(conn, host, bundle, where)
-    start = where.agent_command("start", "--wait", f"{START_WAIT:g}")
-    _, output = await _run(conn, host, f"{start} && {where.print_token()}", "starting the agent")
-    return _remote(host, where, bundle.sha256, output, uploaded=uploaded)
+    if unit is None:
+        script = where.start_detached()
+    else:
+        script = unit.start_script(
+            detached=where.start_detached(),
+            stop_detached=where.agent_command("stop"),
+            status=where.status(),
+        )
+    if uploaded:
+        # `|| exit`, not `&&`: the start script is a list of commands, not one
+        script = f"{where.record_sha256(bundle.sha256)} || exit $?; {script}"
+    _, output = await _run(conn, host, script, "starting the agent")
+    remote = _remote(host, where, bundle.sha256, output, uploaded=uploaded)
+    if unit is not None and not remote.persistent:
+        log.warning(
+            "%s: the agent runs %s, so it will not survive a reboot", host, _why_not(output)
+        )
+    return remote
+
+
+def _why_not(output: str) -> str:
+    """Why a host with systemd got no persistent agent (from the start script's output)."""
+    for line in output.splitlines():
+        if line.startswith("systemd_error="):
+            return f"detached (systemd did not answer: {line.partition('=')[2]})"
+    return "as a user unit without lingering (`loginctl enable-linger` failed)"
 
 
 async def find_agent(
@@ -211,25 +296,25 @@ async def find_agent(
 ) -> RemoteAgent | None:
     """The agent running on the host, or None when none runs there (never starts one)."""
     where = await _locate(conn, host, agent_dir)
-    if where.sha256 is None:
+    if where.sha256 is None or where.running is None:
         return None
-    status = where.agent_command("status")
-    # `status` exits 3 when no agent runs (and then the token is not printed)
-    code, output = await _run(
-        conn, host, f"{status} && {where.print_token()}", "asking the agent", ok=(0, 3)
-    )
-    if code == 3:
-        return None
-    return _remote(host, where, where.sha256, output, uploaded=False)
+    unit = where.unit(host)
+    persistent = False
+    if unit is not None and where.unit_file is not None and where.unit_file.present:
+        persistent = not unit.user or unit.lingering  # as `AgentUnit.persistent_check`
+    return _found(host, where, where.running, persistent=persistent)
 
 
 def _remote(
     host: str, where: _Location, sha256: str, output: str, *, uploaded: bool
 ) -> RemoteAgent:
-    """What `start`/`status` printed (JSON), then the token on the last line."""
+    """What `start`/`status` printed (JSON), then the token on the last line; before the JSON,
+    `key=value` lines of the systemd start script (`persistent`, `was_running`)."""
     lines = output.strip().splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("{")), 0)
+    said = dict(line.partition("=")[::2] for line in lines[:first])
     try:
-        info = json.loads("\n".join(lines[:-1]))
+        info = json.loads("\n".join(lines[first:-1]))
         return RemoteAgent(
             host=host,
             directory=where.directory,
@@ -239,7 +324,12 @@ def _remote(
             version=str(info["version"]),
             sha256=sha256,
             uploaded=uploaded,
-            already_running=bool(info.get("already_running", True)),
+            already_running=(
+                said["was_running"] == "1"
+                if "was_running" in said
+                else bool(info.get("already_running", True))
+            ),
+            persistent=said.get("persistent") == "1",
         )
     except (ValueError, KeyError, IndexError) as e:
         raise SSHError(host, f"the agent said something unexpected: {e}") from e
@@ -249,9 +339,13 @@ async def stop_agent(
     conn: asyncssh.SSHClientConnection, host: str, *, agent_dir: str = DEFAULT_AGENT_DIR
 ) -> bool:
     """Stop the host's agent (jobs in containers keep running); False when none was there or
-    running. Leaves every file where it is (job logs stay readable by the next agent)."""
+    running. Disables and removes its systemd unit, if any; leaves every other file where it is
+    (job logs stay readable by the next agent)."""
     where = await _locate(conn, host, agent_dir)
     if where.sha256 is None:
         return False
-    _, output = await _run(conn, host, where.agent_command("stop"), "stopping the agent")
-    return output.strip() == "stopped"
+    unit = where.unit(host)
+    stop = where.agent_command("stop")
+    script = stop if unit is None else unit.stop_script(stop)
+    _, output = await _run(conn, host, script, "stopping the agent")
+    return "stopped" in output.splitlines()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -28,12 +27,13 @@ from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.local import resources_from_facts
 from dstack_plan.providers.ssh.connect import Connection, SSHPool
+from dstack_plan.providers.ssh.forward import Forward, open_forward
 from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, HostKeyStore, MemoryHostKeyStore
 from dstack_plan.providers.ssh.install import (
     DEFAULT_AGENT_DIR,
     AgentBundle,
     RemoteAgent,
-    build_bundle,
+    cached_bundle,
     find_agent,
     install_agent,
     stop_agent,
@@ -82,7 +82,6 @@ class SSHProvider(Provider):
         """Instance id -> the agent the last install found or started there."""
         self._bundle = bundle
         self._bundle_lock = asyncio.Lock()
-        self._bundle_dir: tempfile.TemporaryDirectory[str] | None = None
         self._limit = asyncio.Semaphore(concurrency)
         self._clients: dict[str, SSHAgentClient] = {}
 
@@ -155,6 +154,19 @@ class SSHProvider(Provider):
         self._clients.clear()
         await self.pool.close()
 
+    async def forward_port(
+        self, instance: Instance, remote_port: int, local_port: int = 0
+    ) -> Forward:
+        """Forward 127.0.0.1:`local_port` here (0: any free port; never every address) to
+        127.0.0.1:`remote_port` on `instance`'s host, over its pooled SSH connection. Close the
+        forward before `close`. Raises OSError when the local port cannot be bound, SSHError
+        when the host cannot be reached."""
+        target = self._target(instance)
+        if target is None:
+            raise ProviderError(self.name, "not a host of an SSH fleet here", instance.name)
+        conn = await self.pool.connect(target)
+        return await open_forward(conn, target.name, remote_port, local_port)
+
     def host_instances(self, fleet: str) -> list[Instance]:
         """Every host of `fleet` as a partial instance (`provisioning`, no resources), as
         `create_instances` names them: what `refresh` and `terminate` take. No I/O."""
@@ -184,13 +196,11 @@ class SSHProvider(Provider):
         )
 
     async def bundle(self) -> AgentBundle:
-        """The agent bundle to install: the one given, else built once (a fraction of a
-        second) into a temporary dir kept until this provider is collected."""
+        """The agent bundle to install: the one given, else the build of the current sources
+        from the bundle cache (built there once per set of sources: `bundle.py`)."""
         async with self._bundle_lock:
             if self._bundle is None:
-                self._bundle_dir = tempfile.TemporaryDirectory(prefix="dstack-plan-ssh-")
-                out = Path(self._bundle_dir.name) / "agent.pyz"
-                self._bundle = await asyncio.to_thread(build_bundle, out)
+                self._bundle = await asyncio.to_thread(cached_bundle)
             return self._bundle
 
     async def _provision(self, instance: Instance, target: SSHTarget) -> Instance:

@@ -1,0 +1,137 @@
+"""What an SSH host has of the agent, told by one shell command with no python run on it.
+
+    said = parse_facts(output of run(script(agent_dir)))
+    said["dir"], said.get("sha")                 # where it goes, the build it has
+    running(bundle, data, said)                  # Running, or None: no agent of that bundle
+    unit_file(said)                              # UnitFile, or None: no systemd
+
+The build is the sha256 recorded beside the bundle at upload (`agent.pyz.sha256`; hashed with
+python3 once, and recorded, for a bundle uploaded before that file existed). An agent runs when
+its pid file names a live process whose command line is that bundle's `serve` on that data dir
+(a stale pid file names a dead process, or another program), and its connection file is that
+process's. Where systemd runs, the command also tells the agent's unit file (its sha256, and
+whether it is enabled), so that a running agent is reused without asking systemctl anything.
+`install.py` decides what to do with it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from dstack_plan.agent.datadir import DataDir
+from dstack_plan.agent.protocol import CONNECTION_FILE, TOKEN_FILE
+from dstack_plan.providers.ssh.systemd import DETECT, ROOT_ENV, UNIT_PREFIX
+
+BUNDLE_NAME = "agent.pyz"
+SHA256_NAME = f"{BUNDLE_NAME}.sha256"
+"""Beside the bundle on the host: its sha256, written at upload."""
+_SHA256 = "import hashlib,sys;print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())"
+_PID_FILE = DataDir(Path("/")).pid_file.name
+
+
+@dataclass(frozen=True)
+class Running:
+    """The agent serving the host's data dir, as its files say."""
+
+    pid: int
+    port: int
+    version: str
+    token: str
+
+
+@dataclass(frozen=True)
+class UnitFile:
+    """The agent's systemd unit file as the host has it."""
+
+    path: str
+    present: bool
+    sha256: str | None
+    """None: no such file (or no sha256sum to hash it)."""
+    enabled: bool
+
+
+def base(agent_dir: str) -> str:
+    """`agent_dir` as a shell word: relative ones are under the login user's home."""
+    return (
+        shlex.quote(agent_dir)
+        if agent_dir.startswith("/")
+        else f'"$HOME"/{shlex.quote(agent_dir)}'
+    )
+
+
+_SHA_CHECK = (
+    f'if [ -f "$d/{BUNDLE_NAME}" ]; then if [ -f "$d/{SHA256_NAME}" ]; then '
+    f'echo "sha=$(cat "$d/{SHA256_NAME}")"; '
+    f'elif s=$(python3 -c {shlex.quote(_SHA256)} "$d/{BUNDLE_NAME}") && [ -n "$s" ]; then '
+    f'echo "sha=$s"; printf "%s\\n" "$s" >"$d/{SHA256_NAME}" 2>/dev/null; fi; fi'
+)
+_RUNNING_CHECK = (
+    f'p=$(cat "$d/data/{_PID_FILE}" 2>/dev/null); case "$p" in ""|*[!0-9]*) ;; '
+    '*) if [ -r "/proc/$p/cmdline" ]; then echo "pid=$p"; '
+    'echo "cmdline=$(tr "\\000" " " <"/proc/$p/cmdline")"; '
+    f'echo "connection=$(cat "$d/data/{CONNECTION_FILE}" 2>/dev/null)"; '
+    f'echo "token=$(cat "$d/data/{TOKEN_FILE}" 2>/dev/null)"; fi ;; esac'
+)
+# The unit file's path as `AgentUnit` makes it, for a node name that needs no escaping in a
+# unit name (any other: no `unit_file=` line, so the install asks systemctl as before);
+# enabled is the symlink `systemctl enable` makes for the unit's WantedBy=.
+_UNIT_CHECK = (
+    f'r="${{{ROOT_ENV}:-}}"; if [ -d "$r/run/systemd/system" ]; then '
+    'case "$n" in *[!A-Za-z0-9:_.-]*) ;; *) '
+    'if [ "$(id -u)" = 0 ]; then u="$r/etc/systemd/system"; w=multi-user.target; '
+    'else u="$HOME/.config/systemd/user"; w=default.target; fi; '
+    f'f="$u/{UNIT_PREFIX}$n.service"; echo "unit_file=$f"; '
+    'if [ -f "$f" ]; then echo unit_present=1; '
+    'echo "unit_sha=$(sha256sum <"$f" 2>/dev/null | cut -c1-64)"; fi; '
+    f'if [ -L "$u/$w.wants/{UNIT_PREFIX}$n.service" ]; then echo unit_enabled=1; fi ;; '
+    "esac; fi"
+)
+
+
+def script(agent_dir: str) -> str:
+    """The command: `key=value` lines (`dir`, `sha`, `pid`, `cmdline`, `connection`, `token`,
+    `SystemdFacts`' keys, `unit_*`)."""
+    return (
+        f'n=$(uname -n); d={base(agent_dir)}/hosts/"$n"; echo "dir=$d"; '
+        f"{_SHA_CHECK}; {_RUNNING_CHECK}; {DETECT}; {_UNIT_CHECK}"
+    )
+
+
+def parse_facts(output: str) -> dict[str, str]:
+    """The command's output as a dict."""
+    return dict(line.partition("=")[::2] for line in output.splitlines())
+
+
+def running(bundle: str, data: str, said: Mapping[str, str]) -> Running | None:
+    """The agent serving `data` from `bundle`, if the host said one runs; None when anything
+    is missing or does not match."""
+    pid = said.get("pid", "")
+    cmdline = f" {said.get('cmdline', '')} "
+    if not pid.isdigit():
+        return None
+    if f" {bundle} serve " not in cmdline or f" --data-dir {data} " not in cmdline:
+        return None  # the pid file is stale: that pid is another process now
+    try:
+        info = json.loads(said.get("connection") or "null")
+        if not isinstance(info, dict) or info.get("pid") != int(pid):
+            return None  # a connection file from before, or not written yet
+        found = Running(int(pid), int(info["port"]), str(info["version"]), said["token"].strip())
+    except (ValueError, KeyError, TypeError):
+        return None
+    return found if found.token else None
+
+
+def unit_file(said: Mapping[str, str]) -> UnitFile | None:
+    """The agent's unit file as the host said, None when it said nothing of one."""
+    if "unit_file" not in said:
+        return None
+    return UnitFile(
+        said["unit_file"],
+        said.get("unit_present") == "1",
+        said.get("unit_sha") or None,
+        said.get("unit_enabled") == "1",
+    )

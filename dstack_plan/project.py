@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dstack_plan.apply.deployment import Deployment
+from dstack_plan.apply.fleet_load import fleet_load
 from dstack_plan.apply.fleets import FleetHandler
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
-from dstack_plan.apply.host_load import busy_jobs
-from dstack_plan.apply.placing import HostRun, place_on_host
+from dstack_plan.apply.machines import FleetMachines
+from dstack_plan.apply.placing import FleetPlacements, HostRun, place_on_fleet
 from dstack_plan.apply.records import for_handler
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
@@ -32,12 +33,11 @@ from dstack_plan.gcpause import gc_paused
 from dstack_plan.plan.diff import diff_specs
 from dstack_plan.plan.limits import checked_dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Crash, Placement, Plan
+from dstack_plan.plan.normalize import CODE_KEY
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
-from dstack_plan.providers.base import Provider
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER, LocalProvider
 from dstack_plan.providers.registry import create_provider
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
-from dstack_plan.scheduler.placement import Candidate
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
 from dstack_plan.state.lock import hold_lock
@@ -45,7 +45,6 @@ from dstack_plan.state.model import ResourceState, State
 from dstack_plan.state.secrets import SecretGuard
 
 if TYPE_CHECKING:  # only apply needs these; planning does not import the apply engine
-    from dstack_plan.agent.api_models import JobInfo
     from dstack_plan.apply.events import EventCallback
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.apply.report import ApplyReport
@@ -97,8 +96,12 @@ class Project:
         self.backend: StateBackend = LocalBackend(path, secret_guard=self.guard)
         self.secrets = SecretStore(self.directory, on_resolve=self.guard.register)
         self.local = _local_provider(agent_dir)
+        self.machines = FleetMachines(self.local, self.ssh_provider)
+        """Every fleet's machines and agents, for runs; one SSH connection per host."""
         self.deployment = Deployment(self.backend)  # keyed by lineage, read when needed
         self._progress = progress or (lambda address, message: None)
+        self.force = False
+        """`apply --force`: drain SSH hosts that leave their fleet instead of refusing."""
         self._desired: Desired | None = None
 
     # -- loading -------------------------------------------------------------------------
@@ -115,6 +118,8 @@ class Project:
         items = []
         for resource in desired:
             spec = resource.normalized
+            if resource.kind in RUN_KINDS:
+                spec = self._with_code(resource, spec)
             items.append(
                 DesiredItem(
                     address=resource.address,
@@ -128,10 +133,30 @@ class Project:
             )
         return items
 
+    def _with_code(self, resource: Resource, spec: dict[str, Any]) -> dict[str, Any]:
+        """`spec` with the fingerprint of the local files the run sends, if any: a change of
+        their content is a change of the run."""
+        from dstack_plan.apply.code_archive import code_fingerprint
+
+        run = resource.spec
+        assert isinstance(run, RunSpec)
+        if not run.files and not run.repos:
+            return spec
+        found = code_fingerprint(run, self.code_dir(resource.address), run=resource.address)
+        return spec if found is None else {**spec, CODE_KEY: found}
+
+    def code_dir(self, address: str) -> Path:
+        """Where the relative `files:` and `repos:` paths of run `address` start: the
+        directory of its config file (the project directory for stdin)."""
+        resource = self.load().resources.get(address)
+        if resource is None or resource.source.file.startswith("<"):
+            return self.directory
+        return (self.directory / resource.source.file).parent
+
     # -- handlers ------------------------------------------------------------------------
 
     def handlers(self) -> dict[str, ResourceHandler]:
-        runs = RunHandler(self.fleet_provider, self.secrets, self.deployment)
+        runs = RunHandler(self.machines, self.secrets, self.deployment, self.code_dir)
         unsupported = UnsupportedHandler()
         return {
             "task": runs,
@@ -154,16 +179,23 @@ class Project:
             fleets={fleet: targets_from_config(config)},
             host_keys=pins,
             agent_dir=os.environ.get(SSH_AGENT_DIR_ENV) or DEFAULT_AGENT_DIR,
+            need_containers=self._needs_containers(fleet),
         )
         if not isinstance(provider, SSHProvider):  # fleets read what only it records
             raise ProviderError("ssh", f"{type(provider).__name__} is not SSHProvider")
         return provider
 
-    def fleet_provider(self, fleet: str) -> Provider | None:
-        """The provider of a fleet, by name (None: the fleet has none in this version).
-
-        Only the implicit fleet `local` has one so far: this machine's provider."""
-        return self.local if fleet == LOCAL_FLEET else None
+    def _needs_containers(self, fleet: str) -> bool:
+        """Whether a run of the configuration goes to `fleet` with an `image:` (its hosts'
+        pre-flight then checks Docker, and the NVIDIA runtime where they have NVIDIA GPUs)."""
+        if self._desired is None:
+            return False  # destroy, or a command that loaded no configuration
+        fleets = {r.name: r for r in self._desired.of_kind("fleet")}
+        for resource in self._desired:
+            spec = resource.spec
+            if isinstance(spec, RunSpec) and spec.image and _fleet_of(resource, fleets) == fleet:
+                return True
+        return False
 
     def unsupported(self, items: list[DesiredItem]) -> dict[tuple[str, str], str]:
         """(kind, provider) -> why apply cannot create or update such a resource, for the
@@ -176,13 +208,20 @@ class Project:
                 answers[key] = handlers[item.kind].cannot_create(*key)
         return {key: reason for key, reason in answers.items() if reason is not None}
 
-    def context(self) -> ApplyContext:
+    def context(self, state: State | None = None) -> ApplyContext:
+        """What handlers get; `state` is the one they read fleets from (default: the state as
+        it is stored now, read when first needed)."""
         return ApplyContext(
             project_dir=str(self.directory),
             clock=self.clock,
             run_args=self.run_args,
             progress=self._progress,
+            state=(lambda: state) if state is not None else self._stored_state,
+            force=self.force,
         )
+
+    def _stored_state(self) -> State:
+        return self.backend.read().state
 
     # -- refresh, plan -------------------------------------------------------------------
 
@@ -193,7 +232,7 @@ class Project:
             snapshot = self.backend.read()
         self.deployment.remember(snapshot)
         handlers = self.handlers()
-        ctx = self.context()
+        ctx = self.context(snapshot.state)
         # one batch per handler, so a handler can ask each agent or provider once for all
         batches: dict[int, tuple[ResourceHandler, list[ResourceState]]] = {}
         for current in snapshot.state.resources.values():
@@ -287,13 +326,14 @@ class Project:
         refresh: Refresh | None = None,
         options: PlanOptions | None = None,
     ) -> dict[str, Placement]:
-        """Where each run would go, by the same rules apply uses.
+        """Where each run would go, by the same rules apply uses (`apply/fleet_load.py`).
 
-        A run that fits but not now (what runs on the host holds the GPUs or ports it needs)
-        is pending, its note saying what it waits for. A run the plan would start that no
-        machine could ever take is a PlanError naming, per candidate, why: one error for all
-        such runs. `refresh` and `options` tell which runs the plan starts (without them,
-        every run counts as a create).
+        A run that fits but not now (what runs on the hosts holds the GPUs or ports it needs,
+        or no host of its fleet answers) is pending, its note saying what it waits for. A run
+        the plan would start that no machine could ever take is a PlanError naming, per
+        candidate, why: one error for all such runs. A run on a fleet this plan creates or
+        changes is placed by apply ("machines known after apply"). `refresh` and `options`
+        tell which runs the plan starts (without them, every run counts as a create).
         """
         desired = self.load()
         runs = [r for r in desired if r.kind in RUN_KINDS]
@@ -302,40 +342,40 @@ class Project:
         result: dict[str, Placement] = {}
         fleets = {r.name: r for r in desired.of_kind("fleet")}
         by_address = {item.address: item for item in items}
-        local: list[HostRun] = []
+        state = refresh.state if refresh is not None else self.backend.read().state
+        per_fleet: dict[str, list[HostRun]] = {}
         for resource in runs:
             spec = resource.spec
             assert isinstance(spec, RunSpec)
             fleet = _fleet_of(resource, fleets)
-            if fleet != LOCAL_FLEET:
+            provider = by_address[resource.address].provider
+            if not _placeable(fleet, provider, by_address, state):
                 result[resource.address] = Placement(
-                    fleet=fleet,
-                    provider=by_address[resource.address].provider,
-                    note="machines known after apply",
+                    fleet=fleet, provider=provider, note="machines known after apply"
                 )
                 continue
             starts = _starts(by_address.get(resource.address), refresh, options)
-            local.append(HostRun(resource.address, resource.name, spec, starts))
-        if local:
-            host, listed = await self._local_host()
-            deployment = str(self.deployment)
-            placed = place_on_host(local, host, busy_jobs(listed, deployment), deployment)
-            if placed.never:
-                raise PlanError("\n".join(placed.never))
+            per_fleet.setdefault(fleet, []).append(
+                HostRun(resource.address, resource.name, spec, starts)
+            )
+        never: list[str] = []
+        for fleet, fleet_runs in per_fleet.items():
+            placed = await self._place_on(fleet, fleet_runs, state)
+            never += placed.never
             result.update(placed.placements)
+        if never:
+            raise PlanError("\n".join(never))
         return result
 
-    async def _local_host(self) -> tuple[Candidate, list[JobInfo]]:
-        """The local fleet's machine as its provider sees it now, and the jobs on it."""
-        provider = self.fleet_provider(LOCAL_FLEET)
-        assert provider is not None
-        machines = await provider.refresh(provider.implicit_instances(LOCAL_FLEET))
-        machine = machines[0] if machines else None
-        if machine is None or machine.resources is None:
-            raise ProviderError(provider.name, "this machine's resources are not known")
-        listed = await (await provider.agent(machine)).list_jobs()
-        host = Candidate(LOCAL_FLEET, provider.name, machine.hostname, machine.resources)
-        return host, listed
+    async def _place_on(self, fleet: str, runs: list[HostRun], state: State) -> FleetPlacements:
+        deployment = str(self.deployment)
+        load = await fleet_load(self.machines, fleet, state, deployment)
+        if load.candidates:
+            return place_on_fleet(runs, load.candidates, load.busy, deployment)
+        note = f"pending: no host of fleet {fleet!r} can take jobs now ({load.why_none()})"
+        provider = "ssh" if fleet != LOCAL_FLEET else LOCAL_PROVIDER
+        waiting = Placement(fleet=fleet, provider=provider, placed=False, pending=True, note=note)
+        return FleetPlacements({r.address: waiting for r in runs}, [])
 
     # -- apply ---------------------------------------------------------------------------
 
@@ -376,7 +416,7 @@ class Project:
         )
 
     async def close(self) -> None:
-        await self.local.close()
+        await self.machines.close()
 
 
 def _local_provider(agent_dir: str | Path | None) -> LocalProvider:
@@ -395,6 +435,18 @@ def _fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:
     if named:
         return named[0]
     return next(iter(fleets), LOCAL_FLEET)
+
+
+def _placeable(fleet: str, provider: str, items: dict[str, DesiredItem], state: State) -> bool:
+    """Whether the plan can place runs on `fleet`: the local fleet, or an SSH fleet that
+    state records as this plan leaves it (one it creates or changes is known after apply)."""
+    if fleet == LOCAL_FLEET:
+        return True
+    address = f"fleet.{fleet}"
+    current, item = state.get(address), items.get(address)
+    if provider != "ssh" or current is None or current.tainted or item is None:
+        return False
+    return not diff_specs("fleet", current.spec, item.spec).changed
 
 
 def _provider_of(resource: Resource, fleets: dict[str, Resource]) -> str:

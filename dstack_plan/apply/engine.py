@@ -13,6 +13,7 @@ import heapq
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 
 from dstack_plan.apply.events import EventCallback, plural, safe_emitter
 from dstack_plan.apply.handlers import ApplyContext, ResourceHandler
@@ -52,6 +53,10 @@ async def apply_plan(
         raise ValueError("parallelism must be at least 1")
     snapshot = await asyncio.to_thread(backend.read)
     emit = safe_emitter(on_event)
+    runner: ChangeRunner | None = None
+    # handlers see the newest state the walk has committed (a run finds the fleet created
+    # before it by reading its entry)
+    ctx = replace(ctx, state=lambda: runner.state if runner else snapshot.state)
     runner = ChangeRunner(backend, handlers, ctx, emit, snapshot.state)
     order = schedule(plan, snapshot.state)
     walk = _Walk(plan, order, runner, ctx, parallelism, emit, interrupt or Interrupt())

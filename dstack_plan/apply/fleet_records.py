@@ -30,6 +30,9 @@ class HostRecord(BaseModel):
     resources: MachineResources | None = None
     agent_version: str | None = None
     agent_sha256: str | None = None
+    agent_persistent: bool | None = None
+    """The agent runs as an enabled systemd unit and comes back after a reboot (False: started
+    detached, it does not; None: not known yet)."""
     host_key: str | None = None
     """The pinned host key (`<algorithm> <base64>`), recorded on first use."""
     host_key_fingerprint: str | None = None

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
-from dstack_plan.errors import ProviderError
+from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.model import ResourceState
 
 if TYPE_CHECKING:
+    from dstack_plan.agent.api_models import JobInfo
     from dstack_plan.config.fleet import SSHConfig
     from dstack_plan.providers.base import Instance
     from dstack_plan.providers.ssh.provider import SSHProvider
@@ -53,7 +54,7 @@ class FleetHandler(ResourceHandler):
 
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
         assert change.after is not None
-        name, config = _ssh_config(change.after, change.address)
+        name, config = fleet_ssh_config(change.after, change.address)
         record = await self._provision(name, config, FleetRecord(), change.address, ctx)
         return Outcome(record.status, record.to_attributes())
 
@@ -61,15 +62,17 @@ class FleetHandler(ResourceHandler):
         self, change: ResourceChange, current: ResourceState, ctx: ApplyContext
     ) -> Outcome:
         assert change.after is not None
-        name, config = _ssh_config(change.after, change.address)
-        _, old_config = _ssh_config(current.spec, current.address)
+        name, config = fleet_ssh_config(change.after, change.address)
+        _, old_config = fleet_ssh_config(current.spec, current.address)
         old = FleetRecord.of(current)
-        wanted = {_host_name(config, h) for h in config.hosts}
-        removed = [h for h in old_config.hosts if _host_name(old_config, h) not in wanted]
+        wanted = {config.host_name(h) for h in config.hosts}
+        removed = [h for h in old_config.hosts if old_config.host_name(h) not in wanted]
         if removed:
             gone = old_config.model_copy(update={"hosts": tuple(removed)})
+            pins = MemoryHostKeyStore(old.pins())
+            await self._drain(name, gone, pins, change.address, ctx)
             ctx.progress(change.address, f"stopping the agent on {len(removed)} removed host(s)")
-            await self._terminate(name, gone, MemoryHostKeyStore(old.pins()))
+            await self._terminate(name, gone, pins)
         kept = {n: h for n, h in old.by_name().items() if n in wanted}
         record = await self._provision(
             name, config, FleetRecord(hosts=tuple(kept.values())), change.address, ctx
@@ -79,7 +82,7 @@ class FleetHandler(ResourceHandler):
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
         if not _is_ssh(current):  # nothing this version created: trust the state
             return await self._unsupported.refresh(current, ctx)
-        name, config = _ssh_config(current.spec, current.address)
+        name, config = fleet_ssh_config(current.spec, current.address)
         old = FleetRecord.of(current)
         pins = MemoryHostKeyStore(old.pins())
         provider = self._make(name, config, pins)
@@ -93,7 +96,7 @@ class FleetHandler(ResourceHandler):
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
         if not _is_ssh(current):  # nothing this version created: drop the record
             return await self._unsupported.delete(current, ctx)
-        name, config = _ssh_config(current.spec, current.address)
+        name, config = fleet_ssh_config(current.spec, current.address)
         await self._terminate(name, config, MemoryHostKeyStore(FleetRecord.of(current).pins()))
 
     async def _provision(
@@ -107,7 +110,7 @@ class FleetHandler(ResourceHandler):
         """Provision the hosts of `config` that `kept` does not hold; raise naming each host
         that failed, after all were tried."""
         done = kept.by_name()
-        new = tuple(h for h in config.hosts if _host_name(config, h) not in done)
+        new = tuple(h for h in config.hosts if config.host_name(h) not in done)
         if not new:
             return _ordered(config, done)
         pins = MemoryHostKeyStore(kept.pins())
@@ -128,6 +131,52 @@ class FleetHandler(ResourceHandler):
         done.update(record.by_name())
         return _ordered(config, done)
 
+    async def _drain(
+        self,
+        name: str,
+        config: SSHConfig,
+        pins: MemoryHostKeyStore,
+        address: str,
+        ctx: ApplyContext,
+    ) -> None:
+        """Before hosts leave the fleet: refuse when jobs still run on them, unless
+        `ctx.force` says to drain them (stop the jobs, each within its stop timeout).
+
+        A host that cannot be asked is not in the way: nothing is known to run there."""
+        provider = self._make(name, config, pins)
+        try:
+            busy: dict[str, list[JobInfo]] = {}
+            for instance in provider.host_instances(name):
+                agent = await provider.agent(instance)
+                try:
+                    jobs = [j for j in await agent.list_jobs() if not j.finished]
+                except DstackPlanError:
+                    continue
+                if jobs:
+                    busy[instance.hostname] = jobs
+            if busy and not ctx.force:
+                listed = "; ".join(
+                    f"{host}: {', '.join(sorted({j.run_name for j in jobs}))}"
+                    for host, jobs in busy.items()
+                )
+                raise ProviderError(
+                    SSH,
+                    f"removed hosts still run jobs ({listed}): stop those runs first, or "
+                    "apply with --force to drain the hosts (their jobs are stopped)",
+                    address,
+                )
+            for instance in provider.host_instances(name):
+                jobs = busy.get(instance.hostname, [])
+                if jobs:
+                    ctx.progress(address, f"draining {instance.hostname}: {len(jobs)} job(s)")
+                    agent = await provider.agent(instance)
+                    for job in jobs:
+                        timeout = _stop_timeout(job)
+                        await agent.stop(job.id, timeout=timeout)
+                        await agent.wait(job.id, timeout=timeout + 15.0)
+        finally:
+            await provider.close()
+
     async def _terminate(self, name: str, config: SSHConfig, pins: MemoryHostKeyStore) -> None:
         provider = self._make(name, config, pins)
         try:
@@ -136,11 +185,18 @@ class FleetHandler(ResourceHandler):
             await provider.close()
 
 
+def _stop_timeout(job: JobInfo) -> float:
+    """The graceful-stop window the job was submitted with."""
+    value = job.spec.get("stop_timeout") if isinstance(job.spec, dict) else None
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
 def _is_ssh(current: ResourceState) -> bool:
     return current.provider == SSH and isinstance(current.spec.get("ssh_config"), dict)
 
 
-def _ssh_config(spec: Mapping[str, Any], address: str) -> tuple[str, SSHConfig]:
+def fleet_ssh_config(spec: Mapping[str, Any], address: str) -> tuple[str, SSHConfig]:
+    """The fleet's name and the `ssh_config` its normalised `spec` holds."""
     from dstack_plan.config.fleet import FleetSpec  # only projects with fleets load it
 
     fleet = spec_from_normalized("fleet", dict(spec))
@@ -150,14 +206,8 @@ def _ssh_config(spec: Mapping[str, Any], address: str) -> tuple[str, SSHConfig]:
     return address.split(".", 1)[1], fleet.ssh_config
 
 
-def _host_name(config: SSHConfig, host: object) -> str:
-    """What the provider calls a host: `hostname`, or `hostname:port` off port 22."""
-    hostname, port = config.endpoint(host)  # type: ignore[arg-type]
-    return hostname if port == 22 else f"{hostname}:{port}"
-
-
 def _ordered(config: SSHConfig, hosts: dict[str, HostRecord]) -> FleetRecord:
-    names = [_host_name(config, h) for h in config.hosts]
+    names = [config.host_name(h) for h in config.hosts]
     return FleetRecord(hosts=tuple(hosts[n] for n in names if n in hosts))
 
 
@@ -183,7 +233,7 @@ def _record(
     before = old.by_name()
     hosts = []
     for partial_instance, host in zip(provider.host_instances(name), config.hosts, strict=True):
-        host_name = _host_name(config, host)
+        host_name = config.host_name(host)
         hostname, port = config.endpoint(host)
         instance = by_id.get(partial_instance.id, partial_instance)
         problem = provider.problems.get(partial_instance.name)
@@ -200,6 +250,9 @@ def _record(
                 resources=instance.resources or (previous.resources if previous else None),
                 agent_version=agent.version if agent else _kept(previous, "agent_version"),
                 agent_sha256=agent.sha256 if agent else _kept(previous, "agent_sha256"),
+                agent_persistent=(
+                    agent.persistent if agent else getattr(previous, "agent_persistent", None)
+                ),
                 host_key=pin,
                 host_key_fingerprint=fingerprint(pin) if pin else None,
                 problem=problem,

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.plan.model import Crash, ResourceChange
-from dstack_plan.state.model import ResourceState
+from dstack_plan.state.model import ResourceState, State
 
 
 class Outcome(NamedTuple):
@@ -50,6 +50,16 @@ class ApplyContext:
     replacement: ResourceState | None = None
     """When `delete` destroys a deposed object: the object that replaced it at the same
     address. Whatever belongs to it must survive the delete (create-before-destroy)."""
+    force: bool = False
+    """`apply --force`: drain SSH hosts that leave their fleet (stop the jobs on them)
+    instead of refusing to remove them."""
+    state: Callable[[], State] | None = None
+    """The newest state: during apply, what the walk last committed (a run reads the entry
+    of the fleet created before it); during a refresh, the state being refreshed."""
+
+    def current_state(self) -> State:
+        """`state()`, or an empty state when none was given (a handler used on its own)."""
+        return self.state() if self.state is not None else State.empty()
 
 
 class ResourceHandler(ABC):

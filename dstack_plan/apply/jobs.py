@@ -91,8 +91,10 @@ def build_job(
     secrets: SecretStore,
     run_args: str = "",
     environ: Mapping[str, str] | None = None,
+    code: str | None = None,
 ) -> JobSpec:
-    """The agent's job spec for one slot; secret values travel as SecretStr, never logged."""
+    """The agent's job spec for one slot; secret values travel as SecretStr, never logged.
+    `code`: the sha256 of the run's code archive, uploaded to the job's agent beforehand."""
     environ = os.environ if environ is None else environ
     values = {
         "run": {"args": run_args, "name": ctx.run_name},
@@ -140,6 +142,7 @@ def build_job(
         stop_timeout=_seconds(spec.stop_duration) or 0.0,
         max_duration=_seconds(spec.max_duration),
         registry_auth=_credentials(spec.registry_auth, values, secrets, ctx.run_name),
+        code=code,
     )
 
 

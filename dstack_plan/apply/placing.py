@@ -1,5 +1,6 @@
-"""Where a plan's runs on one host go: the scheduler's inputs from the desired runs and the
-jobs on the host, and its decisions as the plan's placements. Pure; the caller asks the agent.
+"""Where a plan's runs on one fleet go: the scheduler's inputs from the desired runs and the
+jobs on each of the fleet's hosts, and its decisions as the plan's placements. Pure; the
+caller asks the agents.
 
 Runs the plan keeps as they are come first: what they hold, they keep. Then the runs it starts
 (creates, replaces, scales), in configuration order, each seeing what the earlier ones will
@@ -8,7 +9,7 @@ take, so two new runs never count on the same GPUs or port.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from dstack_plan.apply.host_load import BusyJob
@@ -32,34 +33,47 @@ class HostRun(NamedTuple):
     spec: RunSpec
     starts: bool
     """The plan starts it (create, replace, scale); False: it stays as it is."""
+    replicas: int | None = None
+    """Place this many replicas of a service (a scale-up's new ones), not its configured
+    count."""
 
 
-class HostPlacements(NamedTuple):
+class FleetPlacements(NamedTuple):
     placements: dict[str, Placement]
     never: list[str]
     """`ADDRESS cannot run on any fleet: why`, for each run the plan would start that no
     machine could ever take."""
 
 
-def place_on_host(
-    runs: Sequence[HostRun], host: Candidate, busy: Sequence[BusyJob], deployment: str
-) -> HostPlacements:
-    """Placements for `runs` on `host`, given the jobs `busy` on it now (those of
-    `deployment`, this project's state, are told apart by run name)."""
+def place_on_fleet(
+    runs: Sequence[HostRun],
+    hosts: Sequence[Candidate],
+    busy: Mapping[str, Sequence[BusyJob]],
+    deployment: str | None,
+) -> FleetPlacements:
+    """Placements for `runs` on one fleet's `hosts` (at least one; in the order first fit
+    tries them), given the jobs `busy` on each now, by host name. The jobs of `deployment`,
+    this project's state, are told apart by run name: a run's own jobs do not count against
+    it (None: every job counts, as when a scale-up adds to what a run holds)."""
     placements: dict[str, Placement] = {}
     never: list[str] = []
-    planned: list[HostJob] = []
+    planned: dict[str, list[HostJob]] = {h.host: [] for h in hosts}
     started: set[str] = set()
     for run in sorted(runs, key=lambda r: r.starts):  # stable: kept runs first
         mine = {run.name} | started  # the run's own jobs, and those replaced by `planned`
-        others = [b.held for b in busy if not (b.deployment == deployment and b.run_name in mine)]
-        demands = job_demands(run.spec)
+        candidates = [
+            host._replace(
+                busy=(*_others(busy.get(host.host, ()), mine, deployment), *planned[host.host])
+            )
+            for host in hosts
+        ]
+        demands = job_demands(run.spec, run.replicas)
         decision = place(
             demands,
-            [host._replace(busy=(*others, *planned))],
+            candidates,
             distinct=isinstance(run.spec, TaskSpec) and run.spec.node_count() > 1,
         )
-        placements[run.address] = _placement(host, decision)
+        placements[run.address] = _placement(hosts, decision)
         if not run.starts:
             continue
         if decision.never:
@@ -67,13 +81,19 @@ def place_on_host(
             never.append(f"{run.address} cannot run on any fleet: {decision.reason}{hint}")
         elif decision.placed:
             started.add(run.name)
-            planned += [
-                HostJob(run.address, gpus_wanted(d.resources.gpu), d.ports) for d in demands
-            ]
-    return HostPlacements(placements, never)
+            for demand, chosen in zip(demands, decision.hosts, strict=True):
+                held = HostJob(run.address, gpus_wanted(demand.resources.gpu), demand.ports)
+                planned[chosen.host].append(held)
+    return FleetPlacements(placements, never)
 
 
-def _placement(host: Candidate, decision: Decision) -> Placement:
+def _others(busy: Sequence[BusyJob], mine: set[str], deployment: str | None) -> list[HostJob]:
+    """What holds part of a host besides the jobs of the runs in `mine` (this project's)."""
+    return [b.held for b in busy if not (b.deployment == deployment and b.run_name in mine)]
+
+
+def _placement(hosts: Sequence[Candidate], decision: Decision) -> Placement:
+    fleet = hosts[0]
     if decision.placed:
         note = None
     elif decision.pending:
@@ -81,8 +101,8 @@ def _placement(host: Candidate, decision: Decision) -> Placement:
     else:
         note = f"cannot be placed: {decision.reason}"
     return Placement(
-        fleet=host.fleet,
-        provider=host.provider,
+        fleet=fleet.fleet,
+        provider=fleet.provider,
         hosts=tuple(c.host for c in decision.hosts),
         price_per_hour=decision.price_per_hour,
         placed=decision.placed,

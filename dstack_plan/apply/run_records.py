@@ -26,6 +26,8 @@ class JobRecord(NamedTuple):
     status: str = "unknown"
     """The job's status when the record was last refreshed."""
     host: str = "localhost"
+    """The machine it runs on, as its fleet names it (`Machine.host`); on the local fleet,
+    older records say `localhost`."""
     runtime: str | None = None
     ports: tuple[PublishedPort, ...] = ()
     """Where the job's ports listen on its host, once the agent said so."""
@@ -35,11 +37,12 @@ class JobRecord(NamedTuple):
         return (self.replica, self.node)
 
     @classmethod
-    def of_job(cls, info: JobInfo, replica: int, node: int) -> JobRecord:
+    def of_job(cls, info: JobInfo, replica: int, node: int, host: str = "localhost") -> JobRecord:
         return cls(
             id=info.id,
             replica=replica,
             node=node,
+            host=host,
             status=info.status.value,
             runtime=info.runtime,
             ports=tuple(info.ports),

@@ -3,46 +3,55 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
-from dstack_plan.agent.api_models import JobInfo, JobStatus
+from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.client import AgentClient
+from dstack_plan.apply.code_archive import CodeArchive, pack
 from dstack_plan.apply.deployment import Deployment
+from dstack_plan.apply.fleet_load import fleet_load
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
 from dstack_plan.apply.job_ownership import jobs_to_remove
-from dstack_plan.apply.jobs import JobContext, JobSlot, build_job, run_kind, slots
+from dstack_plan.apply.job_submission import PlacedJob, RunSubmission, Submitted, submit_jobs
+from dstack_plan.apply.jobs import slots
+from dstack_plan.apply.machines import FleetMachines, Machine
+from dstack_plan.apply.placing import HostRun, place_on_fleet
 from dstack_plan.apply.run_health import crash, run_status
 from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.config.runs import RunSpec, ServiceSpec
 from dstack_plan.config.secrets import SecretStore
-from dstack_plan.errors import AgentError, ProviderError
+from dstack_plan.errors import AgentError, DstackPlanError, PlanError, ProviderError
 from dstack_plan.plan.kinds import FINISHED_STATUSES
 from dstack_plan.plan.model import ResourceChange
-from dstack_plan.plan.normalize import spec_from_normalized
-from dstack_plan.providers.base import FleetProviders
+from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
-from dstack_plan.state.model import ResourceState
+from dstack_plan.state.model import ResourceState, State
 
 MAX_CONCURRENT_STOPS = 16
 STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
-PORTS_WAIT = 10.0
-"""Seconds apply waits for a started container to say which host ports Docker gave it."""
+RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, "ssh"})
+"""The providers whose fleets runs can go to in this version."""
 
 
 class RunHandler(ResourceHandler):
-    """Create, scale, refresh and stop runs on the agents of their fleet's machines.
-
-    Only machines a provider has without being asked (`Provider.implicit_instances`: the
-    built-in local fleet) are reached so far.
-    """
+    """Create, scale, refresh and stop runs on the agents of their fleet's machines: the
+    local fleet (this machine) and SSH fleets (the hosts their state entry records)."""
 
     def __init__(
-        self, providers: FleetProviders, secrets: SecretStore, deployment: str | Deployment
+        self,
+        machines: FleetMachines,
+        secrets: SecretStore,
+        deployment: str | Deployment,
+        code_dir: Callable[[str], Path] = lambda address: Path.cwd(),
     ) -> None:
-        self.providers = providers
+        self.machines = machines
         self.secrets = secrets
         self._deployment = deployment
+        self.code_dir = code_dir
+        """address -> the directory a run's relative `files:` and `repos:` paths start at
+        (its config file's)."""
 
     @property
     def deployment(self) -> str:
@@ -50,14 +59,12 @@ class RunHandler(ResourceHandler):
         return str(self._deployment)
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
-        if provider == LOCAL_PROVIDER:
+        if provider in RUN_PROVIDERS:
             return None
-        # agent_for reaches only the local fleet's agent so far
-        return f"the {provider} provider cannot run {kind}s in this version (only the local fleet)"
-
-    async def agent_for(self, fleet: str, address: str) -> AgentClient:
-        """The agent client of the fleet a run is on (see `fleet_agent`)."""
-        return await fleet_agent(self.providers, fleet, address)
+        return (
+            f"the {provider} provider cannot run {kind}s in this version (only the local "
+            "fleet and SSH fleets)"
+        )
 
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
         assert change.after is not None
@@ -67,17 +74,23 @@ class RunHandler(ResourceHandler):
         if change.placement is not None and change.placement.placed is False:
             # the agent would start it anyway (process jobs have no limits): refuse instead
             raise ProviderError(fleet, change.placement.note or "cannot be placed")
-        agent = await self.agent_for(fleet, change.address)
+        state = ctx.current_state()
+        machines = await self._placed(change, spec, fleet, state)
+        placed = [PlacedJob(s, m) for s, m in zip(slots(spec), machines, strict=True)]
         generation = int(ctx.clock.now() * 1000)
-        jobs = await self._submit(agent, spec, change.name, slots(spec), generation, ctx)
+        run = RunSubmission(
+            spec, change.name, self.deployment, generation, self.secrets, self._code(change, spec)
+        )
+        agents = await self._agents(fleet, {m.host for m in machines}, state)
+        jobs = await submit_jobs(run, placed, agents, ctx)
         record = RunRecord(
             fleet=fleet,
             generation=generation,
             deployment=self.deployment,
             price_per_hour=change.placement.price_per_hour if change.placement else 0.0,
-            jobs=tuple(JobRecord.of_job(j, slot.replica, slot.node) for j, slot in jobs),
+            jobs=tuple(_job_record(j) for j in jobs),
         )
-        return Outcome(status=run_status([j for j, _ in jobs]), attributes=record.to_json())
+        return Outcome(status=run_status([j.info for j in jobs]), attributes=record.to_json())
 
     async def update(
         self, change: ResourceChange, current: ResourceState, ctx: ApplyContext
@@ -88,114 +101,207 @@ class RunHandler(ResourceHandler):
         if not isinstance(spec, ServiceSpec):
             return Outcome(status=current.status, attributes=dict(current.attributes))
         # scale a service: add missing replicas, stop the surplus
+        state = ctx.current_state()
         record = RunRecord.of(current)
-        agent = await self.agent_for(record.fleet, change.address)
         wanted = {(s.replica, s.node) for s in slots(spec)}
         have = {r.slot for r in record.jobs}
         missing = [s for s in slots(spec) if (s.replica, s.node) not in have]
         kept = [r for r in record.jobs if r.slot in wanted]
-        surplus = [r.id for r in record.jobs if r.slot not in wanted]
-        generation = record.generation or 0
-        added = await self._submit(agent, spec, change.name, missing, generation, ctx)
-        await self._stop_and_remove(agent, surplus, spec)
-        jobs = kept + [JobRecord.of_job(j, slot.replica, slot.node) for j, slot in added]
-        infos = await _infos(agent, [r.id for r in jobs])
+        surplus = [r for r in record.jobs if r.slot not in wanted]
+        added: list[Submitted] = []
+        if missing:
+            machines = await self._place_now(
+                record.fleet, change.address, spec, state, replicas=len(missing)
+            )
+            placed = [PlacedJob(s, m) for s, m in zip(missing, machines, strict=True)]
+            generation = record.generation or 0
+            code = self._code(change, spec)
+            run = RunSubmission(spec, change.name, self.deployment, generation, self.secrets, code)
+            agents = await self._agents(record.fleet, {m.host for m in machines}, state)
+            added = await submit_jobs(run, placed, agents, ctx)
+        await self._stop_and_remove(record.fleet, surplus, spec, state)
+        jobs = kept + [_job_record(j) for j in added]
+        infos = await self._infos(record.fleet, jobs, state)
         attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
         return Outcome(status=run_status(list(infos.values())), attributes=attributes)
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
-        record = RunRecord.of(current)
-        if not record.jobs:
-            return Refreshed(current.status, dict(current.attributes))
-        agent = await self.agent_for(record.fleet, current.address)
-        return _refreshed(current, record, await _infos(agent, record.job_ids()))
+        return (await self.refresh_many([current], ctx))[current.address]
 
     async def refresh_many(
         self, currents: Sequence[ResourceState], ctx: ApplyContext
     ) -> dict[str, Refreshed]:
-        """One job listing per agent, shared by all the runs on it (not a request per job)."""
-        listings: dict[str, dict[str, JobInfo]] = {}
+        """One job listing per machine, shared by all the runs on it (not a request per job).
+
+        A run with a job on an SSH host that does not answer keeps its recorded status (its
+        jobs may well run on): nothing is concluded from a host that cannot be asked."""
+        state = ctx.current_state()
+        listings: dict[tuple[str, str], dict[str, JobInfo] | None] = {}
         found: dict[str, Refreshed] = {}
         for current in currents:
             record = RunRecord.of(current)
-            if not record.jobs:
+            known: dict[str, JobInfo] = {}
+            unreachable = False
+            for host in sorted(_hosts(record)):
+                key = (record.fleet, "" if record.fleet == LOCAL_FLEET else host)
+                if key not in listings:
+                    listings[key] = await self._listing(record.fleet, host, state)
+                listing = listings[key]
+                if listing is None:
+                    unreachable = True
+                else:
+                    known.update(listing)
+            if not record.jobs or unreachable:
                 found[current.address] = Refreshed(current.status, dict(current.attributes))
-                continue
-            jobs = listings.get(record.fleet)
-            if jobs is None:
-                agent = await self.agent_for(record.fleet, current.address)
-                jobs = listings[record.fleet] = {j.id: j for j in await agent.list_jobs()}
-            found[current.address] = _refreshed(current, record, jobs)
+            else:
+                found[current.address] = _refreshed(current, record, known)
         return found
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
-        agent = await self.agent_for(fleet_of(current), current.address)
         spec = spec_from_normalized(current.kind, current.spec)
         assert isinstance(spec, RunSpec)
-        listed = await agent.list_jobs(run_name=current.name)
-        removed = jobs_to_remove(current, listed, self.deployment, ctx.replacement)
-        await self._stop_and_remove(agent, sorted(removed), spec)
+        state = ctx.current_state()
+        record = RunRecord.of(current)
+        recorded = _hosts(record)
+        # a create cut short may have submitted to hosts it did not record: look on all the
+        # fleet's; a recorded host that left the fleet took its jobs with it (drained)
+        hosts = await self._fleet_hosts(record.fleet, state) or recorded
+        if record.fleet == LOCAL_FLEET:
+            hosts = {next(iter(sorted(hosts)), "localhost")}  # one machine, one agent
+        for host in sorted(hosts):
+            agent = await self.machines.agent(record.fleet, host, state)
+            try:
+                listed = await agent.list_jobs(run_name=current.name)
+            except DstackPlanError:
+                if host in recorded or record.fleet == LOCAL_FLEET:
+                    raise  # it holds jobs of this run: they must not be forgotten
+                continue
+            owned = jobs_to_remove(current, listed, self.deployment, ctx.replacement)
+            here = {j.id for j in listed}
+            if record.fleet == LOCAL_FLEET:
+                here |= set(record.job_ids())
+            else:
+                here |= {r.id for r in record.jobs if r.host == host}
+            ids = sorted(owned & here)
+            if ids:
+                await _stop_and_remove(agent, ids, spec)
 
-    async def _submit(
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _code(self, change: ResourceChange, spec: RunSpec) -> CodeArchive | None:
+        """The run's local files, packed now; refused when they are not what the plan saw
+        (a saved plan applied after an edit would run other code than it showed)."""
+        archive = pack(spec, self.code_dir(change.address), run=change.address)
+        planned = change.after.get(CODE_KEY) if change.after else None
+        found = archive.fingerprint() if archive else None
+        if planned is not None and found != planned:
+            raise PlanError(
+                f"{change.address}: its local files changed since the plan was made "
+                "(files: / repos:); run plan again"
+            )
+        return archive
+
+    async def _placed(
+        self, change: ResourceChange, spec: RunSpec, fleet: str, state: State
+    ) -> list[Machine]:
+        """The machine of each job: where the plan placed it, or, when the plan could not
+        know the machines (the fleet is created by this apply), placed now by the same rules."""
+        planned = change.placement.hosts if change.placement else ()
+        if planned and len(planned) == len(slots(spec)):
+            by_host = {m.host: m for m in await self.machines.machines(fleet, state)}
+            if all(h in by_host for h in planned):
+                return [by_host[h] for h in planned]
+        return await self._place_now(fleet, change.address, spec, state)
+
+    async def _place_now(
         self,
-        agent: AgentClient,
+        fleet: str,
+        address: str,
         spec: RunSpec,
-        run_name: str,
-        wanted: list[JobSlot],
-        generation: int,
-        ctx: ApplyContext,
-    ) -> list[tuple[JobInfo, JobSlot]]:
-        nodes = max((s.node for s in slots(spec)), default=0) + 1
-        context = JobContext(
-            run_name=run_name,
-            run_id=f"{self.deployment}/{run_name}",
-            generation=generation,
-            deployment=self.deployment,
-            nodes_num=nodes,
-            master_ip="127.0.0.1",
-            node_ips=tuple("127.0.0.1" for _ in range(nodes)),
-        )
-        submitted = []
-        for slot in wanted:
-            job = build_job(spec, slot, context, self.secrets, ctx.run_args)
-            ctx.progress(f"{run_kind(spec)}.{run_name}", f"submitting job {job.id}")
-            submitted.append((await agent.submit(job), slot))
-        return await _with_host_ports(agent, submitted, ctx)
+        state: State,
+        replicas: int | None = None,
+    ) -> list[Machine]:
+        """Place the run's jobs (or `replicas` more of a service's) on the fleet's usable
+        machines as they are loaded now; raise ProviderError when they do not fit."""
+        load = await fleet_load(self.machines, fleet, state, self.deployment)
+        if not load.candidates:
+            raise ProviderError(
+                fleet, f"no host of the fleet can take jobs now ({load.why_none()})", address
+            )
+        run = HostRun(address, address.split(".", 1)[1], spec, starts=True, replicas=replicas)
+        # a scale-up adds to what the run holds: its own jobs count as busy then
+        deployment = None if replicas is not None else self.deployment
+        placement = place_on_fleet([run], load.candidates, load.busy, deployment).placements
+        if not placement[address].placed:
+            raise ProviderError(fleet, placement[address].note or "cannot be placed", address)
+        by_host = {m.host: m for m in await self.machines.machines(fleet, state)}
+        return [by_host[h] for h in placement[address].hosts]
 
-    async def _stop_and_remove(self, agent: AgentClient, ids: list[str], spec: RunSpec) -> None:
-        timeout = stop_seconds(spec)
-        limit = asyncio.Semaphore(MAX_CONCURRENT_STOPS)
+    async def _agents(self, fleet: str, hosts: set[str], state: State) -> dict[str, AgentClient]:
+        return {h: await self.machines.agent(fleet, h, state) for h in hosts}
 
-        async def one(job_id: str) -> None:
-            async with limit:
-                try:
-                    info = await agent.get_job(job_id)
-                    if not info.finished:
-                        await agent.stop(job_id, timeout=timeout)
-                        await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
-                    await agent.delete(job_id, force=True)
-                except AgentError as e:
-                    if e.status != 404:
-                        raise
+    async def _fleet_hosts(self, fleet: str, state: State) -> set[str]:
+        try:
+            return {m.host for m in await self.machines.machines(fleet, state)}
+        except ProviderError:
+            return set()  # the fleet is gone from state: only the recorded hosts are known
 
-        # all jobs stop in parallel (each may wait out its graceful window), at most N at once
-        await asyncio.gather(*(one(i) for i in ids))
+    async def _listing(self, fleet: str, host: str, state: State) -> dict[str, JobInfo] | None:
+        """The jobs on `host` by id; None when an SSH host cannot be asked (the local agent's
+        errors are raised: it is this machine). A host no longer in its fleet has none: its
+        jobs went with it (drift the plan repairs)."""
+        if not self.machines.has_host(fleet, host, state):
+            return {}
+        agent = await self.machines.agent(fleet, host, state)  # no I/O: a missing fleet raises
+        try:
+            return {j.id: j for j in await agent.list_jobs()}
+        except DstackPlanError:
+            if fleet == LOCAL_FLEET:
+                raise
+            return None
+
+    async def _infos(
+        self, fleet: str, jobs: Sequence[JobRecord], state: State
+    ) -> dict[str, JobInfo]:
+        found: dict[str, JobInfo] = {}
+        for job in jobs:
+            agent = await self.machines.agent(fleet, job.host, state)
+            try:
+                found[job.id] = await agent.get_job(job.id)
+            except AgentError as e:
+                if e.status != 404:
+                    raise
+        return found
+
+    async def _stop_and_remove(
+        self, fleet: str, jobs: Sequence[JobRecord], spec: RunSpec, state: State
+    ) -> None:
+        by_host: dict[str, list[str]] = {}
+        for job in jobs:
+            by_host.setdefault(job.host, []).append(job.id)
+        for host, ids in by_host.items():
+            await _stop_and_remove(await self.machines.agent(fleet, host, state), ids, spec)
 
 
-async def fleet_agent(providers: FleetProviders, fleet: str, address: str) -> AgentClient:
-    """The agent client of the machine `fleet`'s provider has for it without being asked
-    (only the local fleet has one so far), for the run at `address`."""
-    provider = providers(fleet)
-    if provider is None:
-        raise ProviderError(
-            "fleet", f"fleet {fleet!r} has no provider in this version yet", address
-        )
-    machines = provider.implicit_instances(fleet)
-    if not machines:
-        raise ProviderError(
-            provider.name, f"fleet {fleet!r} has no machine runs can reach yet", address
-        )
-    return await provider.agent(machines[0])
+async def _stop_and_remove(agent: AgentClient, ids: list[str], spec: RunSpec) -> None:
+    """Stop the jobs `ids` on `agent` (each within its graceful window) and remove them."""
+    timeout = stop_seconds(spec)
+    limit = asyncio.Semaphore(MAX_CONCURRENT_STOPS)
+
+    async def one(job_id: str) -> None:
+        async with limit:
+            try:
+                info = await agent.get_job(job_id)
+                if not info.finished:
+                    await agent.stop(job_id, timeout=timeout)
+                    await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
+                await agent.delete(job_id, force=True)
+            except AgentError as e:
+                if e.status != 404:
+                    raise
+
+    # all jobs stop in parallel (each may wait out its graceful window), at most N at once
+    await asyncio.gather(*(one(i) for i in ids))
 
 
 def stop_seconds(spec: RunSpec) -> float:
@@ -209,10 +315,18 @@ def fleet_of(run: ResourceState) -> str:
     return RunRecord.of(run).fleet
 
 
+def _hosts(record: RunRecord) -> set[str]:
+    return {j.host for j in record.jobs}
+
+
+def _job_record(job: Submitted) -> JobRecord:
+    return JobRecord.of_job(job.info, job.slot.replica, job.slot.node, host=job.machine.host)
+
+
 def _refreshed(
     current: ResourceState, record: RunRecord, known: Mapping[str, JobInfo]
 ) -> Refreshed:
-    """A run's refreshed status and job records, from the jobs its agent knows (by id)."""
+    """A run's refreshed status and job records, from the jobs its agents know (by id)."""
     found = [(r, known[r.id]) for r in record.jobs if r.id in known]
     if not found:
         attributes = dict(current.attributes)
@@ -224,46 +338,3 @@ def _refreshed(
     attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
     status = run_status([info for _, info in found])
     return Refreshed(status, attributes, crashed=crash(current.kind, current.name, found))
-
-
-async def _with_host_ports(
-    agent: AgentClient, jobs: list[tuple[JobInfo, JobSlot]], ctx: ApplyContext
-) -> list[tuple[JobInfo, JobSlot]]:
-    """The jobs as their agent knows them once it has said where their ports listen.
-
-    Docker chooses a bridged container's host ports when it starts it, a moment after the
-    submit: wait that moment (never through an image pull, at most PORTS_WAIT seconds), so
-    state records where each replica listens."""
-    deadline = ctx.clock.now() + PORTS_WAIT
-    out = []
-    for info, slot in jobs:
-        while _ports_unknown(info) and ctx.clock.now() < deadline:
-            await ctx.clock.sleep(0.1)
-            try:
-                info = await agent.get_job(info.id)
-            except AgentError as e:
-                if e.status != 404:
-                    raise
-                break
-        out.append((info, slot))
-    return out
-
-
-def _ports_unknown(info: JobInfo) -> bool:
-    declared = info.spec.get("ports") if isinstance(info.spec, dict) else None
-    if not declared:
-        return False
-    if info.status in (JobStatus.PULLING,) or info.finished:
-        return False
-    return info.status is JobStatus.SUBMITTED or any(p.host_port is None for p in info.ports)
-
-
-async def _infos(agent: AgentClient, ids: list[str]) -> dict[str, JobInfo]:
-    found: dict[str, JobInfo] = {}
-    for job_id in ids:
-        try:
-            found[job_id] = await agent.get_job(job_id)
-        except AgentError as e:
-            if e.status != 404:
-                raise
-    return found

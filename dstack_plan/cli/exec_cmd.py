@@ -14,6 +14,7 @@ def exec_(
     ctx: typer.Context,
     directory: Path = common.DirArg,
     files: list[str] = common.FilesOpt,
+    state: str = common.StateOpt,
     fleet: str = typer.Option(None, "--fleet", help="Only this fleet's hosts (its NAME)."),
     hosts: str = typer.Option(
         None, "--hosts", help="Only these hosts, comma-separated (HOST or HOST:PORT)."
@@ -28,8 +29,8 @@ def exec_(
     Each output line is printed prefixed with its host's name, then a summary; the exit
     code is 1 when any host failed (unreachable, or the command exited non-zero). The
     arguments reach the host exactly as given (quoted, never re-split by a shell).
-    Host keys are checked against ~/.ssh/known_hosts; hosts it does not list are trusted
-    on first use for this run only (pins are not persisted yet).
+    Host keys are checked against ~/.ssh/known_hosts and the keys state pinned when the
+    fleet was applied; a host neither knows is trusted on first use for this run only.
 
     Example: dstack exec --fleet gpus -- nvidia-smi -L
     """
@@ -38,7 +39,8 @@ def exec_(
     from dstack_plan.cli.app import RUN_ARGS
     from dstack_plan.config.loader import load_project
     from dstack_plan.gcpause import resume_after_startup
-    from dstack_plan.inspect.fanout import run_on_hosts, select_hosts
+    from dstack_plan.inspect.fanout import pinned_keys, run_on_hosts, select_hosts
+    from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, MemoryHostKeyStore
 
     resume_after_startup()
     common.require_directory(directory)
@@ -47,6 +49,8 @@ def exec_(
     names = [n.strip() for n in hosts.split(",") if n.strip()] if hosts else []
     selected = select_hosts(load_project(directory, files, stdin), fleet, names)
     width = max(len(h.name) for h in selected)
+    pins = pinned_keys(common.make_project(directory, files, state).backend.read().state)
+    policy = HostKeyPolicy(MemoryHostKeyStore(pins))
 
     def show(host: str, stream: str, line: str) -> None:
         out = sys.stdout if stream == "stdout" else sys.stderr
@@ -54,7 +58,13 @@ def exec_(
         out.flush()  # lines from a long command appear as they come
 
     report = asyncio.run(
-        run_on_hosts(selected, command, on_line=None if as_json else show, parallelism=parallelism)
+        run_on_hosts(
+            selected,
+            command,
+            on_line=None if as_json else show,
+            parallelism=parallelism,
+            policy=policy,
+        )
     )
     if as_json:
         from dstack_plan.cli.output import print_json

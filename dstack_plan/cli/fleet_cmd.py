@@ -31,11 +31,14 @@ def list_(
 ) -> None:
     """The hosts of the fleets in state: status, GPUs, CPUs, memory, disk, agent version.
 
+    AGENT also says how the agent runs: `systemd` (an enabled unit: it comes back after a
+    reboot) or `detached` (it does not; the next command that needs it starts it again).
+
     From the state the last apply wrote; `--refresh` asks each host first (a host that does
     not answer is shown `unreachable` with the reason).
     """
     from dstack_plan.cli.output import print_json, print_lines
-    from dstack_plan.inspect.fleets import fleet_records, fleets_json, host_rows
+    from dstack_plan.inspect.fleets import fleet_records, fleets_json, host_rows, reboot_note
 
     project = common.make_project(directory, [], state)
     if refresh:
@@ -53,7 +56,8 @@ def list_(
     rows = [HEADERS, *host_rows(records)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    print_lines([line.rstrip() for line in lines])
+    note = reboot_note(records)
+    print_lines([line.rstrip() for line in lines] + ([note] if note else []))
 
 
 @app.command("add-host")

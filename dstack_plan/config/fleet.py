@@ -180,6 +180,11 @@ class SSHConfig(Strict):
         """
         return host.hostname, host.port or self.port
 
+    def host_name(self, host: SSHHost) -> str:
+        """How messages, pins and jobs name `host`: `hostname`, or `hostname:port` off 22."""
+        hostname, port = self.endpoint(host)
+        return hostname if port == 22 else f"{hostname}:{port}"
+
 
 class FleetSpec(ResourceSpec, PlacementParams):
     type: Literal["fleet"] = "fleet"

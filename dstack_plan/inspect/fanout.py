@@ -27,6 +27,7 @@ from dstack_plan.providers.ssh.models import SSHTarget, targets_from_config
 
 if TYPE_CHECKING:
     from dstack_plan.config.resource import Desired
+    from dstack_plan.state.model import State
 
 Stream = Literal["stdout", "stderr"]
 OnLine = Callable[[str, Stream, str], None]
@@ -96,6 +97,17 @@ def ssh_fleets(desired: Desired) -> list[tuple[str, list[SSHTarget]]]:
     return fleets
 
 
+def pinned_keys(state: State) -> dict[str, str]:
+    """Host name -> the host key state pinned for it, over every SSH fleet in `state`."""
+    from dstack_plan.apply.fleet_records import FleetRecord
+
+    pins: dict[str, str] = {}
+    for entry in state.resources.values():
+        if entry.kind == "fleet" and entry.provider == "ssh":
+            pins.update(FleetRecord.of(entry).pins())
+    return pins
+
+
 def select_hosts(
     desired: Desired, fleet: str | None = None, names: Sequence[str] = ()
 ) -> list[FleetHost]:
@@ -146,8 +158,8 @@ async def run_on_hosts(
 ) -> ExecReport:
     """Run `command` (an argument list) on every host, at most `parallelism` at a time.
 
-    Host keys: `~/.ssh/known_hosts` when it lists the host, else the first key seen is
-    pinned for this run (in memory: pins are not kept between runs yet).
+    Host keys: checked by `policy` (the CLI gives it the pins of state); without one,
+    `~/.ssh/known_hosts` when it lists the host, else the first key seen, for this run.
     """
     if not command:
         raise DstackPlanError("no command given: put it after `--` (dstack exec -- uname -a)")

@@ -39,7 +39,8 @@ def fleets_json(records: dict[str, FleetRecord]) -> dict[str, Any]:
 
 
 def host_rows(records: dict[str, FleetRecord]) -> list[list[str]]:
-    """One row per host: fleet, host, status, GPUs, CPUs, memory, disk, agent version."""
+    """One row per host: fleet, host, status, GPUs, CPUs, memory, disk, agent (version, and
+    how it runs: `systemd`, or `detached` when it will not survive a reboot)."""
     rows = []
     for name, record in records.items():
         for host in record.hosts:
@@ -56,10 +57,29 @@ def host_rows(records: dict[str, FleetRecord]) -> list[list[str]]:
                     str(res.cpus) if res else "-",
                     f"{res.memory_gb:g}GB" if res else "-",
                     f"{res.disk_gb:g}GB" if res else "-",
-                    host.agent_version or "-",
+                    _agent(host),
                 ]
             )
     return rows
+
+
+def _agent(host: HostRecord) -> str:
+    version = host.agent_version or "-"
+    if host.agent_persistent is None:
+        return version
+    return f"{version}, {'systemd' if host.agent_persistent else 'detached'}"
+
+
+def reboot_note(records: dict[str, FleetRecord]) -> str | None:
+    """What `dstack fleet list` says under its table about hosts whose agent will not come
+    back after a reboot (None when there are none)."""
+    hosts = [h.name for r in records.values() for h in r.hosts if h.agent_persistent is False]
+    if not hosts:
+        return None
+    return (
+        f"agent: detached on {', '.join(hosts)} (will not survive a reboot; the next command "
+        "that needs it starts it again)"
+    )
 
 
 async def trust_host(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from dstack_plan.apply.run_records import JobRecord
 from dstack_plan.errors import AgentError, DstackPlanError
-from dstack_plan.inspect.runs import agent_for, find_run, fleet_of, job_records
+from dstack_plan.inspect.runs import find_run, job_agent, job_records
 from dstack_plan.state.model import ResourceState
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ async def write_logs(
     run = find_run(project.backend.read().state, ref)
     record = select_job(run, replica, job)
     job_id = record.id
-    agent = await agent_for(project, fleet_of(run), run.address)
+    agent = await job_agent(project, run, record)
     try:
         info = await agent.get_job(job_id)
     except AgentError as e:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dstack_plan.agent.api_models import PublishedPort
 from dstack_plan.apply.run_records import JobRecord, RunRecord
-from dstack_plan.apply.runs import fleet_agent, fleet_of
+from dstack_plan.apply.runs import fleet_of
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.state.model import ResourceState, State
@@ -106,9 +106,14 @@ def find_run(state: State, ref: str) -> ResourceState:
     raise DstackPlanError(f"no run {ref!r} in state (known runs: {known})")
 
 
-async def agent_for(project: Project, fleet: str, address: str) -> AgentClient:
-    """The agent client of the fleet a run is on, as the run handler reaches it."""
-    return await fleet_agent(project.fleet_provider, fleet, address)
+async def job_agent(
+    project: Project, run: ResourceState, job: JobRecord, state: State | None = None
+) -> AgentClient:
+    """The agent of the machine `job` of `run` runs on, as the run handler reaches it (the
+    fleet's machines are found in `state`, default the stored one)."""
+    if state is None:
+        state = project.backend.read().state
+    return await project.machines.agent(fleet_of(run), job.host, state)
 
 
 def job_records(run: ResourceState) -> list[JobRecord]:
@@ -160,9 +165,15 @@ async def _fleet_views(project: Project, fleet: str, runs: list[ResourceState]) 
             # every run kind has the same handler: one refresh_many asks the agent once
             handler = project.handlers()[live[0].kind]
             found = await handler.refresh_many(live, project.context())
-        if any(job_records(r) for r in live):
-            agent = await agent_for(project, fleet, live[0].address)
-            infos = {j.id: j for j in await agent.list_jobs()}
+        state = project.backend.read().state
+        asked: set[str] = set()
+        for run in live:
+            for job in job_records(run):
+                if job.host in asked:
+                    continue
+                asked.add(job.host)
+                agent = await job_agent(project, run, job, state)
+                infos.update({j.id: j for j in await agent.list_jobs()})
     except (AgentError, ProviderError) as e:
         error = str(e)
     return [_view(run, found.get(run.address), infos, error) for run in runs]

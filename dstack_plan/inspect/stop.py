@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dstack_plan.errors import AgentError
-from dstack_plan.inspect.runs import agent_for, find_run, fleet_of, job_records
+from dstack_plan.inspect.runs import find_run, job_agent, job_records
 from dstack_plan.state.model import ResourceState, State, timestamp
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
     from dstack_plan.agent.client import AgentClient
+    from dstack_plan.apply.run_records import JobRecord
     from dstack_plan.project import Project
 
 STOP_WAIT_SLACK = 15.0
@@ -56,22 +57,27 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
     from dstack_plan.apply.records import deposed_of
     from dstack_plan.apply.runs import run_status
 
-    run = find_run(project.backend.read().state, ref)
+    state = project.backend.read().state
+    run = find_run(state, ref)
     timeout = 0.0 if abort else stop_timeout(run)
-    agent = await agent_for(project, fleet_of(run), run.address)
     limit = asyncio.Semaphore(_CONCURRENT_STOPS)
 
-    async def one(job_id: str) -> tuple[JobInfo | None, bool]:
+    async def one(job: JobRecord) -> tuple[JobInfo | None, bool]:
         async with limit:
-            return await _stop_job(agent, job_id, timeout, abort)
+            agent = await job_agent(project, run, job, state)
+            return await _stop_job(agent, job.id, timeout, abort)
 
     ids = [r.id for r in job_records(run)]
     # jobs of old objects a failed create-before-destroy left behind (deposed) are the run's
     # too: a stop that left them running would surprise
-    leftovers = [r.id for old in deposed_of(run) for r in job_records(old)]
-    everything = ids + [i for i in leftovers if i not in ids]
+    leftovers = [r for old in deposed_of(run) for r in job_records(old) if r.id not in ids]
+    everything = job_records(run) + leftovers
     outcomes = dict(
-        zip(everything, await asyncio.gather(*(one(i) for i in everything)), strict=True)
+        zip(
+            [j.id for j in everything],
+            await asyncio.gather(*(one(j) for j in everything)),
+            strict=True,
+        )
     )
     infos = {i: info for i, (info, _) in outcomes.items() if info is not None and i in ids}
     status = run_status(list(infos.values())) if ids else run.status

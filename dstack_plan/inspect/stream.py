@@ -10,11 +10,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from dstack_plan.inspect.runs import agent_for, fleet_of, job_records
-from dstack_plan.state.model import ResourceState
+from dstack_plan.inspect.runs import job_agent, job_records
+from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
+    from dstack_plan.apply.run_records import JobRecord
     from dstack_plan.project import Project
 
 _CONCURRENT_STREAMS = 32
@@ -81,14 +82,16 @@ async def stream_runs(
     if not jobs:
         return result
     width = max(len(r.id) for _, r in jobs)
+    state = project.backend.read().state
     several = len(jobs) > 1
     limit = asyncio.Semaphore(_CONCURRENT_STREAMS)
 
-    async def follow(run: ResourceState, job_id: str) -> None:
+    async def follow(run: ResourceState, record: JobRecord) -> None:
+        job_id = record.id
         prefix = f"{job_id:<{width}} | ".encode() if several else b""
         lines = LinePrefixer(prefix) if several else None
         async with limit:
-            agent = await agent_for(project, fleet_of(run), run.address)
+            agent = await job_agent(project, run, record, state)
             async for chunk in agent.follow_logs(job_id):
                 out.write(lines.feed(chunk.data) if lines else chunk.data)
                 out.flush()
@@ -97,7 +100,8 @@ async def stream_runs(
                 out.flush()
             result.finished[job_id] = await agent.get_job(job_id)
 
-    tasks = [asyncio.create_task(follow(run, r.id)) for run, r in jobs]
+    tasks = [asyncio.create_task(follow(run, r)) for run, r in jobs]
+    job_of = dict(zip(tasks, jobs, strict=True))
     waiter = asyncio.create_task(stop.wait()) if stop is not None else None
     try:
         pending: set[asyncio.Task[Any]] = set(tasks) | ({waiter} if waiter else set())
@@ -108,8 +112,43 @@ async def stream_runs(
                     result.detached = True
                     return result
                 task.result()  # an agent error ends the attach
+                run, record = job_of[task]
+                await _keep_gang(project, run, record, result, out, state)
         return result
     finally:
         for task in [*tasks, *([waiter] if waiter else [])]:
             task.cancel()
         await asyncio.gather(*tasks, *([waiter] if waiter else []), return_exceptions=True)
+
+
+async def _keep_gang(
+    project: Project,
+    run: ResourceState,
+    record: JobRecord,
+    result: AttachResult,
+    out: BinaryIO,
+    state: State,
+) -> None:
+    """Stop the other nodes of a multi-node task when one failed, or when the master is done
+    and the run says `stop_criteria: master-done` (see `apply.gang`)."""
+    from dstack_plan.apply.gang import gang_stops
+    from dstack_plan.config.runs import RunSpec
+    from dstack_plan.errors import AgentError
+    from dstack_plan.inspect.stop import stop_timeout
+    from dstack_plan.plan.normalize import spec_from_normalized
+
+    spec = spec_from_normalized(run.kind, run.spec)
+    assert isinstance(spec, RunSpec)
+    others = [r for r in job_records(run) if r.id not in result.finished]
+    stops, why = gang_stops(spec, record, result.finished[record.id], others)
+    if not stops:
+        return
+    out.write(f"{run.address}: {why}\n".encode())
+    out.flush()
+    timeout = stop_timeout(run)
+    for other in stops:
+        agent = await job_agent(project, run, other, state)
+        try:
+            await agent.stop(other.id, timeout=timeout)
+        except AgentError:
+            pass  # it ended meanwhile (or is gone): nothing left to stop

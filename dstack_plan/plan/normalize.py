@@ -11,8 +11,15 @@ if TYPE_CHECKING:
     from dstack_plan.config.kinds import AnySpec
 
 
+CODE_KEY = "code"
+"""A run's normalised spec also holds the fingerprint of the local files it sends (see
+`apply/code_archive.py`), so that changed content is a change of the run; no model field."""
+
+
 def spec_from_normalized(kind: str, data: dict[str, Any]) -> AnySpec:
     """Rebuild the typed spec from its normalised JSON (a saved plan or state entry)."""
+    if CODE_KEY in data:
+        data = {k: v for k, v in data.items() if k != CODE_KEY}
     return spec_class(kind).model_validate(data, context=STORED)
 
 

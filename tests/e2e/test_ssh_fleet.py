@@ -140,6 +140,12 @@ def test_a_changed_host_key_fails_that_host_until_trusted(
         assert f"the pinned key has {pinned}" in hosts[h1]["problem"]
         assert hosts[ssh_hosts["h2"].address]["status"] == "idle"  # the other is unaffected
         assert dstack("plan", "--detailed-exitcode").returncode == 0  # reported, not raised
+        # exec checks the keys state pinned too: the changed host fails, the other runs
+        ran = dstack("exec", "--json", "--", "true")
+        assert ran.returncode == 1, ran.stdout + ran.stderr
+        results = {h["host"]: h for h in json.loads(ran.stdout)["hosts"]}
+        assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in (results[h1]["error"] or "")
+        assert results[ssh_hosts["h2"].address]["exit_code"] == 0
 
         trusted = dstack("fleet", "trust", "onprem", h1)
         assert trusted.returncode == 0, trusted.stdout + trusted.stderr

@@ -10,7 +10,7 @@ import pytest
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.apply.host_load import busy_jobs
 from dstack_plan.apply.jobs import JobContext, JobSlot, build_job, job_demands
-from dstack_plan.apply.placing import HostRun, place_on_host
+from dstack_plan.apply.placing import HostRun, place_on_fleet
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.runs import RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
@@ -147,10 +147,10 @@ def test_busy_jobs_hold_gpus_and_the_host_ports_they_bind() -> None:
 def test_a_run_keeps_its_own_port_and_two_new_runs_do_not_count_on_the_same_one() -> None:
     listed = [info("w0", "web", spec={"labels": {"deployment": DEPLOYMENT}, "ports": [8799]})]
     busy = busy_jobs(listed, DEPLOYMENT)
-    placed = place_on_host(
+    placed = place_on_fleet(
         [run(service("web"), starts=False), run(service("api", port=9000)),
          run(service("api2", port=9000))],
-        HOST, busy, DEPLOYMENT,
+        [HOST], {HOST.host: busy}, DEPLOYMENT,
     )  # fmt: skip
     assert placed.never == []
     assert placed.placements["service.web"].placed  # its own job holds the port: no clash
@@ -161,10 +161,10 @@ def test_a_run_keeps_its_own_port_and_two_new_runs_do_not_count_on_the_same_one(
 
 
 def test_runs_that_never_fit_are_collected_with_a_hint_for_process_ports() -> None:
-    placed = place_on_host(
+    placed = place_on_fleet(
         [run(service("web", replicas=2)), run(task(resources={**SMALL, "gpu": "H100:80GB:8"})),
          run(task("kept", resources={**SMALL, "gpu": 4}), starts=False)],
-        HOST, [], DEPLOYMENT,
+        [HOST], {}, DEPLOYMENT,
     )  # fmt: skip
     assert placed.never[0].startswith(
         "service.web cannot run on any fleet: local (vm): replica 1: port 8799 is already "
@@ -182,5 +182,5 @@ def test_runs_that_never_fit_are_collected_with_a_hint_for_process_ports() -> No
 @pytest.mark.parametrize("replicas", [1, 3])
 def test_container_replicas_always_fit_one_host(replicas: int) -> None:
     spec = service(image="busybox", replicas=replicas)
-    placed = place_on_host([run(spec)], HOST, [], DEPLOYMENT)
+    placed = place_on_fleet([run(spec)], [HOST], {}, DEPLOYMENT)
     assert placed.placements["service.web"].hosts == ("vm",) * replicas

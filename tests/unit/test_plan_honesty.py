@@ -19,6 +19,7 @@ import pytest
 from dstack_plan.agent.api_models import JobInfo, TerminationReason
 from dstack_plan.apply.engine import apply_plan
 from dstack_plan.apply.handlers import ApplyContext, Outcome, ResourceHandler
+from dstack_plan.apply.machines import FleetMachines
 from dstack_plan.apply.runs import RunHandler, run_status
 from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.clock import FakeClock
@@ -117,11 +118,16 @@ def test_handlers_say_what_they_cannot_create() -> None:
     assert UnsupportedHandler().cannot_create("gateway", "aws") == (
         "the aws provider cannot create gateways in this version"
     )
-    runs = RunHandler(lambda fleet: None, SecretStore(Path(".")), "abc")
+    runs = RunHandler(FleetMachines(LocalProvider(), _no_ssh), SecretStore(Path(".")), "abc")
     assert runs.cannot_create("task", "local") is None
-    assert runs.cannot_create("service", "ssh") == (
-        "the ssh provider cannot run services in this version (only the local fleet)"
+    assert runs.cannot_create("service", "ssh") is None
+    assert runs.cannot_create("task", "aws") == (
+        "the aws provider cannot run tasks in this version (only the local fleet and SSH fleets)"
     )
+
+
+def _no_ssh(*args: object) -> Any:
+    raise AssertionError("no SSH fleet here")
 
 
 SSH_PROJECT = """type: fleet
@@ -153,21 +159,20 @@ nodes: 1
 """
 
 
-def test_the_project_plan_refuses_cloud_fleets_volumes_gateways_and_ssh_runs_at_once(
+def test_the_project_plan_refuses_cloud_fleets_volumes_and_gateways_at_once(
     tmp_path: Path,
 ) -> None:
-    # SSH fleets are applied (tests/e2e/test_ssh_fleet.py); runs on them are not yet
+    # SSH fleets and runs on them are applied (tests/e2e/test_ssh_fleet.py, test_ssh_runs.py)
     (tmp_path / "p.dstack.yml").write_text(SSH_PROJECT)
     project = Project(tmp_path, state_path=tmp_path / "state.json", agent_dir=tmp_path / "a")
     with pytest.raises(PlanError) as info:
         asyncio.run(project.plan())
     lines = str(info.value).splitlines()
-    assert lines[0] == "4 resources cannot be applied by this version of dstack-plan:"
-    assert lines[1:5] == [
+    assert lines[0] == "3 resources cannot be applied by this version of dstack-plan:"
+    assert lines[1:4] == [
         "  fleet.cloud: the cloud provider cannot create fleets in this version",
         "  gateway.gw: the aws provider cannot create gateways in this version",
         "  volume.data: the aws provider cannot create volumes in this version",
-        "  task.train: the ssh provider cannot run tasks in this version (only the local fleet)",
     ]
     assert not (tmp_path / "a").exists()  # refused before any agent was asked
 
@@ -311,7 +316,7 @@ def run_entry(address: str, *job_ids: str, status: str = "running") -> ResourceS
 
 def refreshed(current: ResourceState, *jobs: JobInfo) -> Any:
     local = FakeLocal(FakeAgent(*jobs))
-    runs = RunHandler(lambda fleet: local, SecretStore(Path(".")), "abc")
+    runs = RunHandler(FleetMachines(local, _no_ssh), SecretStore(Path(".")), "abc")
     return asyncio.run(runs.refresh_many([current], ApplyContext()))[current.address]
 
 
@@ -384,7 +389,9 @@ def test_project_refresh_reports_crashed_runs_to_the_plan(tmp_path: Path) -> Non
     path = tmp_path / "state.json"
     LocalBackend(path).write(state_of(run_entry("service.llm", "x0")), "absent")
     project = Project(tmp_path, state_path=path, agent_dir=tmp_path / "a")
-    project.local = FakeLocal(FakeAgent(job("x0", "failed", EXITED, "exited with code 1", 1)))
+    project.machines.implicit = FakeLocal(
+        FakeAgent(job("x0", "failed", EXITED, "exited with code 1", 1))
+    )
     refresh = asyncio.run(project.refresh())
     assert refresh.drift == {}
     assert refresh.crashed == {

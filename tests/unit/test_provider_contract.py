@@ -12,11 +12,12 @@ import pytest
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.apply.handlers import ApplyContext
+from dstack_plan.apply.machines import FleetMachines
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
-from dstack_plan.inspect.runs import agent_for
+from dstack_plan.inspect.runs import job_agent, job_records
 from dstack_plan.project import Project
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.capabilities import (
@@ -72,6 +73,10 @@ class PoolProvider(Provider):
         return [Instance(provider="pool", id="h1", name="pool-0", fleet=fleet, hostname="h1")]
 
 
+def no_ssh(*args: Any) -> Any:
+    raise AssertionError("no SSH fleet here")
+
+
 def run_on(fleet: str) -> ResourceState:
     from datetime import datetime, timezone
 
@@ -87,23 +92,19 @@ def run_on(fleet: str) -> ResourceState:
 
 def test_runs_reach_the_agent_of_whatever_provider_the_resolver_gives() -> None:
     pool = PoolProvider()
-    runs = RunHandler(
-        lambda fleet: pool if fleet == "pool" else None, SecretStore(Path(".")), "abc"
-    )
+    runs = RunHandler(FleetMachines(pool, no_ssh), SecretStore(Path(".")), "abc")
     found = asyncio.run(runs.refresh_many([run_on("pool")], ApplyContext()))
     assert found["task.t"].status == "running" and found["task.t"].gone is None
     assert [i.hostname for i in pool.asked] == ["h1"]  # its machine, through the contract
-    with pytest.raises(ProviderError, match="fleet 'other' has no provider"):
-        asyncio.run(runs.refresh(run_on("other"), ApplyContext()))
 
 
-def test_a_fleet_whose_provider_has_no_reachable_machine_is_a_clear_error() -> None:
+def test_a_fleet_with_no_machines_and_no_entry_in_state_is_a_clear_error() -> None:
     class Empty(PoolProvider):
         def implicit_instances(self, fleet: str) -> list[Instance]:
             return []
 
-    runs = RunHandler(lambda fleet: Empty(), SecretStore(Path(".")), "abc")
-    with pytest.raises(ProviderError, match="pool: task.t: fleet 'pool' has no machine"):
+    runs = RunHandler(FleetMachines(Empty(), no_ssh), SecretStore(Path(".")), "abc")
+    with pytest.raises(ProviderError, match="fleet 'pool' is not in state: apply it first"):
         asyncio.run(runs.refresh(run_on("pool"), ApplyContext()))
 
 
@@ -112,9 +113,10 @@ def test_the_read_side_reaches_agents_through_the_projects_fleet_resolver(
 ) -> None:
     project = Project(tmp_path, state_path=tmp_path / "s.json", agent_dir=tmp_path / "a")
     pool = PoolProvider()
-    project.fleet_provider = lambda fleet: pool  # type: ignore[method-assign]
+    project.machines = FleetMachines(pool, no_ssh)
     project.handlers = lambda: {}  # type: ignore[method-assign] - not asked any more
-    assert asyncio.run(agent_for(project, "pool", "task.t")) is pool.client
+    run = run_on("pool")
+    assert asyncio.run(job_agent(project, run, job_records(run)[0])) is pool.client
 
 
 def test_the_local_provider_offers_this_machine_unless_it_can_never_fit(tmp_path: Path) -> None:
@@ -206,5 +208,5 @@ def test_project_finds_its_local_provider_through_the_registry(
 ) -> None:
     project = Project(tmp_path, state_path=tmp_path / "s.json", agent_dir=tmp_path / "a")
     assert type(project.local).__name__ == "ThirdPartyLocal"
-    assert project.fleet_provider("local") is project.local
+    assert project.machines.implicit is project.local
     assert project.local.agent_dir == tmp_path / "a"

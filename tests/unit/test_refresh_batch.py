@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -12,12 +12,12 @@ import pytest
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
+from dstack_plan.apply.machines import FleetMachines
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.model import DEPOSED_KEY, ResourceChange
 from dstack_plan.project import Project
-from dstack_plan.providers.base import Provider
 from dstack_plan.providers.local import LocalProvider
 from dstack_plan.state import LocalBackend, ResourceState, State
 
@@ -97,12 +97,11 @@ AGENT_JOBS = {"live-0": "running", "live-1": "pulling", "fin-0": "done", "mix-1"
 
 def handler(agent: FakeAgent) -> tuple[RunHandler, FakeLocal]:
     local = FakeLocal(agent)
-    return RunHandler(_only_local(local), SecretStore(Path(".")), "abc123"), local
+    return RunHandler(FleetMachines(local, _no_ssh), SecretStore(Path(".")), "abc123"), local
 
 
-def _only_local(local: FakeLocal) -> Callable[[str], Provider | None]:
-    """A fleet resolver with the local fleet only, as a project without fleets has."""
-    return lambda fleet: local if fleet == "local" else None
+def _no_ssh(*args: Any) -> Any:
+    raise AssertionError("no SSH fleet here")
 
 
 def test_refresh_many_answers_as_refresh_does_with_one_listing() -> None:
@@ -130,12 +129,12 @@ def test_refresh_many_without_jobs_asks_no_agent() -> None:
     assert (agent.list_calls, local.asked) == (0, 0)
 
 
-def test_refresh_many_on_a_fleet_without_provider_fails_like_refresh() -> None:
+def test_refresh_many_on_a_fleet_missing_from_state_fails_like_refresh() -> None:
     pooled = run_entry("task.pooled", "running", [("p-0", "running")], fleet="pool")
     batch, _ = handler(FakeAgent({}))
-    with pytest.raises(ProviderError, match="fleet 'pool' has no provider"):
+    with pytest.raises(ProviderError, match="fleet 'pool' is not in state"):
         asyncio.run(batch.refresh(pooled, ApplyContext()))
-    with pytest.raises(ProviderError, match="fleet 'pool' has no provider"):
+    with pytest.raises(ProviderError, match="fleet 'pool' is not in state"):
         asyncio.run(batch.refresh_many([RUNS[0], pooled], ApplyContext()))
 
 

@@ -184,7 +184,7 @@ def test_a_run_whose_agent_cannot_be_asked_keeps_its_last_status(
     )
     [view] = asyncio.run(list_runs(project))
     assert view.status == "running"
-    assert view.error is not None and "fleet 'pool' has no provider" in view.error
+    assert view.error is not None and "fleet 'pool' is not in state" in view.error
     assert view.model_dump(mode="json") == {
         "address": "task.train",
         "kind": "task",
@@ -248,7 +248,10 @@ def test_ps_json_and_table(tmp_path: Path, specs: dict[str, dict[str, Any]]) -> 
         ["replica=0", "job=0", "running"],
         ["replica=0", "job=1", "running"],
     ]
-    assert lines[4].startswith("* task.train: status as of the last apply: fleet: task.train: ")
+    assert lines[4] == (
+        "* task.train: status as of the last apply: fleet: fleet 'pool' is not in state: "
+        "apply it first"
+    )
 
 
 def test_ps_on_an_empty_project(tmp_path: Path) -> None:
@@ -263,7 +266,7 @@ def test_stop_needs_the_runs_agent(tmp_path: Path, specs: dict[str, dict[str, An
     run = entry("task.train", specs["task.train"], status="running", jobs=[job("j")], fleet="pool")
     project = write_state(tmp_path, run)
     assert stop_timeout(run) == 90.0
-    with pytest.raises(ProviderError, match="fleet 'pool' has no provider"):
+    with pytest.raises(ProviderError, match="fleet 'pool' is not in state"):
         asyncio.run(stop_run(project, "train"))
     with pytest.raises(DstackPlanError, match="no run 'nope'"):
         asyncio.run(stop_run(project, "nope"))

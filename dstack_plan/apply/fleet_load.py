@@ -1,0 +1,64 @@
+"""What the machines of a fleet hold now, asked of their agents: the scheduler's candidates.
+
+Plan and apply place runs from the same inputs: every machine that can take jobs (its
+resources known, its last check passed, its agent answering now) with the jobs on it. One job
+listing per machine, all machines side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import NamedTuple
+
+from dstack_plan.apply.host_load import BusyJob, busy_jobs
+from dstack_plan.apply.machines import FleetMachines, Machine
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.providers.local import LOCAL_FLEET
+from dstack_plan.scheduler.placement import Candidate
+from dstack_plan.state.model import State
+
+
+class FleetLoad(NamedTuple):
+    candidates: list[Candidate]
+    """The machines that can take jobs now, in the fleet's order."""
+    busy: dict[str, list[BusyJob]]
+    """What holds part of each candidate, by host name."""
+    problems: dict[str, str]
+    """Host name -> why it cannot take jobs now (unreachable, agent down)."""
+
+    def why_none(self) -> str:
+        """Why the fleet has no candidate, per host."""
+        return "; ".join(f"{h}: {p}" for h, p in self.problems.items()) or "it has no hosts"
+
+
+async def fleet_load(
+    machines: FleetMachines, fleet: str, state: State, deployment: str
+) -> FleetLoad:
+    """The fleet's candidates and what runs on them (the jobs of `deployment` are labelled
+    as this project's). An SSH host whose agent does not answer is left out, with why; the
+    local machine's errors are raised (it is this machine)."""
+    found = await machines.machines(fleet, state)
+    problems = {m.host: m.problem for m in found if m.problem}
+    usable = [m for m in found if m.usable]
+
+    async def listing(machine: Machine) -> tuple[Machine, list[BusyJob] | str]:
+        try:
+            agent = await machines.agent(fleet, machine.host, state)
+            return machine, busy_jobs(await agent.list_jobs(), deployment)
+        except DstackPlanError as e:
+            if fleet == LOCAL_FLEET:
+                raise
+            return machine, str(e)
+
+    candidates: list[Candidate] = []
+    busy: dict[str, list[BusyJob]] = {}
+    for machine, jobs in await asyncio.gather(*(listing(m) for m in usable)):
+        if isinstance(jobs, str):
+            problems[machine.host] = jobs
+            continue
+        assert machine.resources is not None
+        candidates.append(
+            Candidate(machine.fleet, machine.provider, machine.host, machine.resources)
+        )
+        busy[machine.host] = jobs
+    return FleetLoad(candidates, busy, problems)

@@ -67,12 +67,14 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ps": ("ps_cmd", "ps", {}),
     "logs": ("logs_cmd", "logs", {}),
     "stop": ("stop_cmd", "stop", {}),
+    "attach": ("attach_cmd", "attach", {}),
     "graph": ("graph_cmd", "graph", {}),
     "exec": (
         "exec_cmd",
         "exec_",
         {"cls": _RunArgsCommand, "context_settings": {"allow_extra_args": True}},
     ),
+    "top": ("top_cmd", "top", {}),
 }
 # name -> module whose `app` is a typer group of subcommands
 _GROUPS: dict[str, str] = {"state": "state_cmd", "fleet": "fleet_cmd"}

@@ -32,7 +32,15 @@ def apply(
     parallelism: int = ParallelismOpt,
     lock_timeout: float = common.LockTimeoutOpt,
     attach: bool = typer.Option(
-        False, "--attach", help="Stream the logs of the runs this apply starts until they end."
+        False,
+        "--attach",
+        help="Forward the ports of the runs this apply starts to 127.0.0.1 here and stream "
+        "their logs until they end.",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Remove SSH hosts from fleets even when jobs run on them (they are stopped first).",
     ),
 ) -> None:
     """Create, update or replace what the configuration declares.
@@ -48,6 +56,7 @@ def apply(
     directory = Path(".") if saved else target_path
     run_args = shlex.join(ctx.meta.get(RUN_ARGS, []))
     project = common.make_project(directory, files, state, run_args=run_args)
+    project.force = force
     if not saved:
         common.require_configuration(project)
     options = PlanOptions(

@@ -1,38 +1,61 @@
-"""Attaching to runs after `apply --attach`: their logs on stdout until they end or Ctrl-C."""
+"""Attaching to runs (`dstack attach`, `apply --attach`): their ports forwarded to this
+machine and their logs on stdout, until they end or Ctrl-C."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dstack_plan.cli.output import Line
+    from dstack_plan.inspect.ports import PortOverride, RunPorts
     from dstack_plan.project import Project
+    from dstack_plan.state.model import ResourceState
 
 
-async def attach_runs(project: Project, addresses: list[str]) -> bool:
-    """Stream the logs of the jobs of the runs at `addresses` (as state records them).
+async def attach_runs(
+    project: Project,
+    addresses: list[str],
+    *,
+    ports: Sequence[PortOverride] = (),
+    logs: bool = True,
+    explain: bool = False,
+) -> bool:
+    """Forward the ports of the runs at `addresses` (as state records them) to 127.0.0.1
+    here, print their URLs, and stream the jobs' logs (to nowhere without `logs`).
 
     Tasks are followed until all their jobs end; True only if every job ended `done` with
     exit code 0. Services and dev environments never end: Ctrl-C detaches (the jobs keep
-    running) and counts as success unless a job already failed.
+    running, the forwards close) and counts as success unless a job already failed.
+    `explain` also says so when a run has no port to forward.
     """
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.cli.output import print_lines, styled
+    from dstack_plan.inspect.ports import forward_ports
     from dstack_plan.inspect.stream import attached_runs, stream_runs
 
     runs = attached_runs(project, addresses)
     if not runs:
         return True
     names = ", ".join(r.address for r in runs)
-    note = f"Attached to {names}; Ctrl-C detaches, the jobs keep running."
-    print_lines([(styled(note, "dim"),)], True)
     stop = asyncio.Event()
     interrupt = Interrupt()
     interrupt.subscribe(lambda count: stop.set())
-    sys.stdout.flush()  # rich wrote text through sys.stdout; logs go to its buffer below
     with interrupt.signal_handlers():
-        result = await stream_runs(project, runs, sys.stdout.buffer, stop)
+        async with forward_ports(project, runs, ports, stop=stop) as opened:
+            print_lines(port_lines(opened, runs, explain))
+            what = "Attached to" if logs else "Forwarding the ports of"
+            note = f"{what} {names}; Ctrl-C detaches, the jobs keep running."
+            print_lines([(styled(note, "dim"),)], True)
+            sys.stdout.flush()  # rich wrote text through sys.stdout; logs go to its buffer
+            if logs:
+                result = await stream_runs(project, runs, sys.stdout.buffer, stop)
+            else:
+                with open(os.devnull, "wb") as nowhere:  # still followed: to know they ended
+                    result = await stream_runs(project, runs, nowhere, stop)
     for job_id in result.failed:
         info = result.finished[job_id]
         code = f" (exit code {info.exit_code})" if info.exit_code is not None else ""
@@ -41,3 +64,26 @@ async def attach_runs(project: Project, addresses: list[str]) -> bool:
     if result.detached:
         print_lines([f"Detached from {names}; stop with: dstack stop <run> (see dstack ps)"], True)
     return not result.failed
+
+
+def port_lines(opened: RunPorts, runs: list[ResourceState], explain: bool) -> list[Line]:
+    """`Forwarding: http://127.0.0.1:8000 -> web-0-0-... host:8000` per port (`Listening:`
+    for a job on this machine, reached without a forward), then what could not be opened."""
+    from dstack_plan.cli.output import styled
+
+    lines: list[Line] = []
+    for port in opened.ports:
+        where = f"{port.url} -> {port.job} {port.host}:{port.container_port}"
+        if port.forwarded:
+            lines.append(f"Forwarding: {where}")
+        else:
+            lines.append(f"Listening: {where} (on this machine, nothing forwarded)")
+    lines += [(styled(str(port), "yellow"),) for port in opened.unknown]
+    if explain:
+        with_ports = {p.run for p in opened.ports} | {p.run for p in opened.unknown}
+        lines += [
+            f"{run.address} has no ports to forward."
+            for run in runs
+            if run.address not in with_ports
+        ]
+    return lines

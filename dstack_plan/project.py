@@ -40,6 +40,7 @@ from dstack_plan.providers.registry import create_provider
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
+from dstack_plan.state.local import state_path as local_state_path
 from dstack_plan.state.lock import hold_lock
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.state.secrets import SecretGuard
@@ -51,7 +52,6 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
     from dstack_plan.config.fleet import SSHConfig
     from dstack_plan.providers.ssh.provider import SSHProvider
 
-STATE_ENV = "DSTACK_STATE"
 SSH_AGENT_DIR_ENV = "DSTACK_PLAN_SSH_AGENT_DIR"
 """Where the agent goes on SSH fleet hosts (default: `.dstack-plan/agent` under the login
 user's home; relative paths are under it too)."""
@@ -92,7 +92,7 @@ class Project:
         self.clock = clock or SystemClock()
         self.run_args = run_args
         self.guard = SecretGuard()
-        path = state_path or os.environ.get(STATE_ENV) or self.directory / ".dstack" / "state.json"
+        path = local_state_path(self.directory, state_path)
         self.backend: StateBackend = LocalBackend(path, secret_guard=self.guard)
         self.secrets = SecretStore(self.directory, on_resolve=self.guard.register)
         self.local = _local_provider(agent_dir)

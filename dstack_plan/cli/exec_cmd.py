@@ -41,6 +41,7 @@ def exec_(
     from dstack_plan.gcpause import resume_after_startup
     from dstack_plan.inspect.fanout import pinned_keys, run_on_hosts, select_hosts
     from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, MemoryHostKeyStore
+    from dstack_plan.state.local import LocalBackend, state_path
 
     resume_after_startup()
     common.require_directory(directory)
@@ -49,7 +50,7 @@ def exec_(
     names = [n.strip() for n in hosts.split(",") if n.strip()] if hosts else []
     selected = select_hosts(load_project(directory, files, stdin), fleet, names)
     width = max(len(h.name) for h in selected)
-    pins = pinned_keys(common.make_project(directory, files, state).backend.read().state)
+    pins = pinned_keys(LocalBackend(state_path(directory, state)).read().state)
     policy = HostKeyPolicy(MemoryHostKeyStore(pins))
 
     def show(host: str, stream: str, line: str) -> None:

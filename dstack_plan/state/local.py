@@ -39,6 +39,17 @@ from dstack_plan.state.model import State
 from dstack_plan.state.secrets import SecretGuard
 
 DEFAULT_STATE_PATH = Path(".dstack") / "state.json"
+STATE_ENV = "DSTACK_STATE"
+"""Where the state file is when no `--state` is given (default: `.dstack/state.json` of the
+project directory)."""
+
+
+def state_path(project_dir: str | Path, explicit: str | Path | None = None) -> Path:
+    """The state file of the project in `project_dir`: `explicit`, else $DSTACK_STATE, else
+    `.dstack/state.json` there."""
+    return Path(explicit or os.environ.get(STATE_ENV) or Path(project_dir) / DEFAULT_STATE_PATH)
+
+
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 _MAX_LOCK_FILE_RACES = 10
 

@@ -35,8 +35,9 @@ from dstack_plan.plan.limits import checked_dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Crash, Placement, Plan
 from dstack_plan.plan.normalize import CODE_KEY
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
+from dstack_plan.providers.base import Provider
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER, LocalProvider
-from dstack_plan.providers.registry import create_provider
+from dstack_plan.providers.registry import create_provider, provider_class
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
@@ -103,6 +104,8 @@ class Project:
         self.force = False
         """`apply --force`: drain SSH hosts that leave their fleet instead of refusing."""
         self._desired: Desired | None = None
+        self._ssh_class: Callable[..., Provider] | None = None
+        self._containers_of: tuple[Desired, frozenset[str]] | None = None
 
     # -- loading -------------------------------------------------------------------------
 
@@ -174,28 +177,34 @@ class Project:
         from dstack_plan.providers.ssh.models import targets_from_config
         from dstack_plan.providers.ssh.provider import SSHProvider
 
-        provider = create_provider(
-            "ssh",
+        if self._ssh_class is None:  # the registry reads package metadata: once a project
+            self._ssh_class = provider_class("ssh")
+        provider = self._ssh_class(
             fleets={fleet: targets_from_config(config)},
             host_keys=pins,
             agent_dir=os.environ.get(SSH_AGENT_DIR_ENV) or DEFAULT_AGENT_DIR,
-            need_containers=self._needs_containers(fleet),
+            need_containers=fleet in self._container_fleets(),
         )
         if not isinstance(provider, SSHProvider):  # fleets read what only it records
             raise ProviderError("ssh", f"{type(provider).__name__} is not SSHProvider")
         return provider
 
-    def _needs_containers(self, fleet: str) -> bool:
-        """Whether a run of the configuration goes to `fleet` with an `image:` (its hosts'
-        pre-flight then checks Docker, and the NVIDIA runtime where they have NVIDIA GPUs)."""
-        if self._desired is None:
-            return False  # destroy, or a command that loaded no configuration
-        fleets = {r.name: r for r in self._desired.of_kind("fleet")}
-        for resource in self._desired:
-            spec = resource.spec
-            if isinstance(spec, RunSpec) and spec.image and _fleet_of(resource, fleets) == fleet:
-                return True
-        return False
+    def _container_fleets(self) -> frozenset[str]:
+        """The fleets a run of the configuration goes to with an `image:` (their hosts'
+        pre-flight then checks Docker, and the NVIDIA runtime where they have NVIDIA GPUs).
+        Empty when no configuration was loaded (destroy)."""
+        desired = self._desired
+        if desired is None:
+            return frozenset()
+        if self._containers_of is None or self._containers_of[0] is not desired:
+            fleets = {r.name: r for r in desired.of_kind("fleet")}
+            wanted = frozenset(
+                _fleet_of(r, fleets)
+                for r in desired
+                if isinstance(r.spec, RunSpec) and r.spec.image
+            )
+            self._containers_of = (desired, wanted)
+        return self._containers_of[1]
 
     def unsupported(self, items: list[DesiredItem]) -> dict[tuple[str, str], str]:
         """(kind, provider) -> why apply cannot create or update such a resource, for the

@@ -179,7 +179,8 @@ class Project:
 
         if self._ssh_class is None:  # the registry reads package metadata: once a project
             self._ssh_class = provider_class("ssh")
-        provider = self._ssh_class(
+        make: Callable[..., Provider] = self._ssh_class
+        provider = make(
             fleets={fleet: targets_from_config(config)},
             host_keys=pins,
             agent_dir=os.environ.get(SSH_AGENT_DIR_ENV) or DEFAULT_AGENT_DIR,

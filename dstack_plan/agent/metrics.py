@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from dstack_plan.agent.hostfacts import memory
@@ -61,6 +62,52 @@ def cpu_seconds() -> dict[str, float]:
     return {_CPU_MODES[i]: int(v) / ticks for i, v in enumerate(values)}
 
 
+_ARPHRD_LOOPBACK = "772"
+# Intermediate functional blocks mirror another interface's traffic for shaping.
+_MIRROR_PREFIXES = ("ifb",)
+
+
+def _counted_interface(name: str, sys_net: Path) -> bool:
+    """Whether an interface's bytes are this host's own traffic, counted once.
+
+    Loopback never leaves the host. A bridge (docker0, br-*) and the virtual ends of container
+    veth pairs plugged into it carry copies of packets that also cross the real NIC, so summing
+    them would count a container's traffic two or three times. A physical NIC enslaved to a
+    bridge still counts (the bridge does not)."""
+    if name == "lo" or name.startswith(_MIRROR_PREFIXES):
+        return False
+    iface = sys_net / name
+    try:
+        if (iface / "type").read_text().strip() == _ARPHRD_LOOPBACK:
+            return False
+    except OSError:
+        return True  # no sysfs (some containers): only the name rules apply
+    if (iface / "bridge").is_dir():
+        return False
+    virtual = "/virtual/" in str(iface.resolve())
+    return not (virtual and (iface / "brport").is_dir())
+
+
+def network_bytes(
+    proc_net_dev: str | Path = "/proc/net/dev", sys_net: str | Path = "/sys/class/net"
+) -> dict[str, int]:
+    """Bytes received (`rx`) and sent (`tx`) since boot, summed over the host's own interfaces
+    (see `_counted_interface`); empty where /proc/net/dev cannot be read."""
+    try:
+        lines = Path(proc_net_dev).read_text().splitlines()[2:]  # two header lines
+    except OSError:
+        return {}
+    rx = tx = 0
+    for line in lines:
+        name, sep, rest = line.partition(":")
+        fields = rest.split()
+        if not sep or len(fields) < 9 or not _counted_interface(name.strip(), Path(sys_net)):
+            continue
+        rx += int(fields[0])
+        tx += int(fields[8])
+    return {"rx": rx, "tx": tx}
+
+
 def host_families(
     uptime: float,
     job_counts: dict[str, int],
@@ -92,6 +139,14 @@ def host_families(
     except OSError:
         pass
     families.append(load)
+    net = Family(
+        "dstack_agent_network_bytes_total",
+        "counter",
+        "Bytes through the host's network interfaces (loopback and bridges left out)",
+    )
+    for direction, count in network_bytes().items():
+        net.add(count, direction=direction)
+    families.append(net)
     mem = memory()
     families.append(
         Family("dstack_agent_memory_total_bytes", "gauge", "Physical memory").add(

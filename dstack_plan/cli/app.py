@@ -75,6 +75,8 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
         {"cls": _RunArgsCommand, "context_settings": {"allow_extra_args": True}},
     ),
     "top": ("top_cmd", "top", {}),
+    "events": ("events_cmd", "events", {}),
+    "watch": ("watch_cmd", "watch", {}),
 }
 # name -> module whose `app` is a typer group of subcommands
 _GROUPS: dict[str, str] = {"state": "state_cmd", "fleet": "fleet_cmd"}

@@ -1,12 +1,15 @@
 """The backend interface every state store implements (`local` now, `s3` later).
 
-A backend stores one state document and one operation lock. Writes are compare-and-swap on
+A backend stores one state document, one operation lock and a few small records beside
+them (`state/records.py`: watch's leader lease and event log). Writes are compare-and-swap on
 an opaque version token taken from a previous `read()`: the serial for `local`, the ETag for
 `s3`. The rules for what a write persists live in `prepare_write`, shared by all backends.
 """
 
 from __future__ import annotations
 
+import random
+import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from typing import Final, NamedTuple
@@ -21,9 +24,11 @@ from dstack_plan.state.lock import (
     default_who,
 )
 from dstack_plan.state.model import State
+from dstack_plan.state.records import RecordSnapshot, joined, trimmed
 
 ABSENT: Final = "absent"
 """The version token of a state that has never been written."""
+RECORD_CAS_ATTEMPTS: Final = 20
 
 
 class StateSnapshot(NamedTuple):
@@ -114,6 +119,39 @@ class StateBackend(ABC):
         `read` and `write` must work inside it.
         """
         return nullcontext()
+
+    # --- records beside the state (watch's leader lease and event log) ---------------------
+
+    def read_record(self, name: str) -> RecordSnapshot:
+        """The record `name` kept beside the state and its version (ABSENT when missing)."""
+        raise StateError(f"{self.location}: this backend keeps no records beside the state")
+
+    def write_record(self, name: str, data: bytes | None, expected: str) -> str:
+        """Compare-and-swap: store `data` as record `name` (None deletes it) if its version
+        is still `expected` (ABSENT: it must not exist). Returns the new version; raises
+        StateConflictError when someone wrote it in between."""
+        raise StateError(f"{self.location}: this backend keeps no records beside the state")
+
+    def append_lines(
+        self, name: str, lines: list[bytes], *, keep_last: int, trim_past: int
+    ) -> None:
+        """Append `lines` (no newlines inside) to the line log `name`; once it holds more
+        than `trim_past` lines, only the last `keep_last` are kept.
+
+        This default is a read-append-write retried on conflict (an object store cannot
+        append); a backend that can append in place overrides it.
+        """
+        for attempt in range(1, RECORD_CAS_ATTEMPTS + 1):
+            snapshot = self.read_record(name)
+            data = joined(snapshot.data, lines)
+            data = trimmed(data, keep_last=keep_last, trim_past=trim_past) or data
+            try:
+                self.write_record(name, data, snapshot.version)
+                return
+            except StateConflictError:
+                # a random, growing pause, so racing writers drift apart (as `commit` does)
+                time.sleep(random.uniform(0, min(0.25, 0.002 * 2**attempt)))
+        raise StateError(f"{self.location}: {name} kept changing; gave up appending to it")
 
     @abstractmethod
     def try_lock(self, operation: str, who: str, ttl: float, clock: Clock) -> LockHandle:

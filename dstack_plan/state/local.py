@@ -6,6 +6,8 @@ Files next to the state file (default `.dstack/state.json`):
   writers in different processes serialise (reads need no lock: renames are atomic);
 - `.state.json.lock.info`: flocked for the whole operation by apply/destroy, holding the
   lock record. The OS drops flocks when a process dies, so a killed holder blocks nobody.
+- watch's records (`events.jsonl`, `watch-lease.json`), each with its own `.lock`: see
+  `state/local_records.py`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from dstack_plan.clock import Clock
 from dstack_plan.errors import LockError, StateError
+from dstack_plan.state import local_records
 from dstack_plan.state.atomic import (
     PRIVATE_MODE,
     leftover_temp_files,
@@ -36,6 +39,7 @@ from dstack_plan.state.backend import (
 from dstack_plan.state.codec import parse_state
 from dstack_plan.state.lock import LockHandle, LockInfo, lock_held_error
 from dstack_plan.state.model import State
+from dstack_plan.state.records import RecordSnapshot
 from dstack_plan.state.secrets import SecretGuard
 
 DEFAULT_STATE_PATH = Path(".dstack") / "state.json"
@@ -260,6 +264,25 @@ class LocalBackend(StateBackend):
             tmp.unlink(missing_ok=True)
         if self.backup_path.stat().st_mode & 0o777 != PRIVATE_MODE:
             os.chmod(self.backup_path, PRIVATE_MODE)
+
+    # --- records beside the state (see state/local_records.py) ----------------------------
+
+    def record_path(self, name: str) -> Path:
+        """The file of record `name`: `.dstack/events.jsonl` beside `.dstack/state.json`."""
+        return local_records.record_path(self.path, name)
+
+    def read_record(self, name: str) -> RecordSnapshot:
+        return local_records.read_record(self.record_path(name))
+
+    def write_record(self, name: str, data: bytes | None, expected: str) -> str:
+        return local_records.write_record(self.record_path(name), data, expected)
+
+    def append_lines(
+        self, name: str, lines: list[bytes], *, keep_last: int, trim_past: int
+    ) -> None:
+        local_records.append_lines(
+            self.record_path(name), lines, keep_last=keep_last, trim_past=trim_past
+        )
 
     # --- operation lock ------------------------------------------------------------------
 

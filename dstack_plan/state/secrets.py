@@ -75,6 +75,15 @@ class SecretGuard:
     def __len__(self) -> int:
         return len(self._values)
 
+    def redact(self, text: str, replacement: str) -> str:
+        """`text` with every registered value in it replaced (short ones only when whole)."""
+        if text in self._values:
+            return replacement
+        for value in sorted(self._values, key=len, reverse=True):
+            if len(value) >= MIN_SUBSTRING_LENGTH:
+                text = text.replace(value, replacement)
+        return text
+
     def check(self, state: State) -> None:
         """Raise StateError if `state` contains any registered value."""
         assert_no_secret_values(state, self._values)

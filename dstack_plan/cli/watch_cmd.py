@@ -1,0 +1,103 @@
+"""`dstack watch`: keep the project's runs reconciled with their agents after apply."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from dstack_plan.cli import common
+
+LEASE_TTL = 15.0
+"""Seconds a leader's lease lasts unrenewed: a standby acts within this (plus a tick) after the
+leader dies."""
+
+if TYPE_CHECKING:
+    from dstack_plan.project import Project
+    from dstack_plan.watch.model import TickReport
+
+
+def watch(
+    directory: Path = common.DirArg,
+    state: str = common.StateOpt,
+    interval: str = typer.Option("5s", "--interval", help="Time between ticks (5s, 1m)."),
+    once: bool = typer.Option(False, "--once", help="Run one tick and exit."),
+    metrics_port: int = typer.Option(
+        None,
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve Prometheus metrics on 127.0.0.1:PORT (e.g. 9464).",
+    ),
+    metrics_file: Path = typer.Option(
+        None, "--metrics-file", help="Write the metrics to this file after every tick."
+    ),
+) -> None:
+    """Reconcile the runs in state with what their agents report, tick after tick.
+
+    Each tick asks every agent for its jobs (one request per agent), stops the surviving nodes
+    of a multi-node task that failed (or whose master is done with stop_criteria
+    master-done), and commits the statuses it found. It never takes the apply lock: apply
+    and watch run side by side. Jobs run on their agents, not here: killing watch stops
+    nothing, and a watch started again carries on. Ctrl-C exits 0. Metrics (Prometheus
+    text: runs and jobs by status, GPU utilisation and memory per host, queue depth, tick
+    duration...) are served on 127.0.0.1 with --metrics-port, or written with --metrics-file;
+    examples/monitoring/ has a Grafana dashboard of them.
+    """
+    from dstack_plan.config.units import parse_duration
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.state.events import EventLog
+    from dstack_plan.state.lease import LeaderLease, new_holder_id
+    from dstack_plan.watch.loop import Watcher
+    from dstack_plan.watch.metrics import WatchMetrics
+
+    try:
+        seconds = float(parse_duration(interval))
+    except ValueError as e:
+        try:  # fractions of a second too (tests, demos): 0.5s
+            seconds = float(interval.removesuffix("s"))
+        except ValueError:
+            raise DstackPlanError(f"--interval {interval!r}: {e}") from None
+    if seconds <= 0:
+        raise DstackPlanError("--interval must be more than 0s")
+    project = common.make_project(directory, [], state)
+
+    def report(tick: TickReport, changes: list[tuple[str, str, str]]) -> None:
+        from datetime import datetime, timezone
+
+        from dstack_plan.cli.output import print_lines
+
+        at = datetime.fromtimestamp(tick.started_at, tz=timezone.utc).strftime("%H:%M:%S")
+        print_lines([f"{at} {address}: {old} -> {new}" for address, old, new in changes])
+
+    metrics = WatchMetrics()
+
+    def export(tick: TickReport, changes: list[tuple[str, str, str]]) -> None:
+        metrics.observe(tick)
+        if metrics_file is not None:
+            metrics.write_file(metrics_file)
+
+    async def work(project: Project) -> None:
+        server = metrics.serve(metrics_port) if metrics_port is not None else None
+        if server is not None:
+            from dstack_plan.cli.output import print_lines
+
+            print_lines([f"Metrics: http://{server.host}:{server.port}/metrics"])
+            sys.stdout.flush()
+        try:
+            lease = LeaderLease(
+                project.backend, new_holder_id(), ttl=LEASE_TTL, clock=project.clock
+            )
+            events = EventLog(project.backend, secret_guard=project.guard)
+            watcher = Watcher(project, lease=lease, events=events, reporters=[report, export])
+            await watcher.run(seconds, once=once)
+        finally:
+            if server is not None:
+                server.close()
+
+    try:
+        common.run_with(project, work)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None

@@ -1,0 +1,214 @@
+"""The reconcile loop: each tick reads state, asks the agents, acts, and commits what changed.
+
+Level-triggered: a tick decides from what is, not from what happened since the last one, so a
+watch killed at any moment and started again simply carries on (jobs run on their agents, not
+in this process). It never takes the apply lock: `apply` and `watch` run side by side, and
+every write is a compare-and-swap commit of small mutations that yield to apply's (see
+`record`). Only the holder of the leader lease acts; a standby still observes (metrics), so
+it is warm when it takes over.
+
+One tick, in order:
+1. renew (or take) the lease;
+2. refresh: every agent is asked for its jobs once (over the SSH connections the project keeps
+   open across ticks);
+3. act, as leader: stop the leftover nodes of a multi-node task that is over, and carry out
+   the retry policy on failed runs (`retries`);
+4. commit the statuses and job records the refresh found;
+5. report (`TickReport`): to metrics, events and the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.config.kinds import RUN_KINDS
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.state.commit import commit_async
+from dstack_plan.state.model import ResourceState, State, timestamp
+from dstack_plan.watch.events import status_events
+from dstack_plan.watch.gangs import gang_leftovers
+from dstack_plan.watch.model import HostSeen, JobSeen, TickReport
+from dstack_plan.watch.record import Observed, record_observed
+from dstack_plan.watch.retries import retry_failed
+
+if TYPE_CHECKING:
+    from dstack_plan.project import Project
+    from dstack_plan.state.events import EventLog
+
+log = logging.getLogger(__name__)
+
+HOST_TIMEOUT = 10.0
+"""Seconds a tick waits for one agent's metrics before counting the host unreachable."""
+MAX_CONCURRENT_HOSTS = 32
+
+
+class Lease(Protocol):
+    """The leader lease (`state/lease.py`): True while this process may act."""
+
+    def acquire_or_renew(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+Reporter = Callable[[TickReport, list[tuple[str, str, str]]], None]
+"""Called after each tick with its report and the (address, old, new) status changes."""
+
+
+class Watcher:
+    """Reconciles one project's state with its agents, tick after tick."""
+
+    def __init__(
+        self,
+        project: Project,
+        *,
+        lease: Lease | None = None,
+        events: EventLog | None = None,
+        reporters: Sequence[Reporter] = (),
+    ) -> None:
+        self.project = project
+        self.clock = project.clock
+        self.lease = lease
+        self.events = events
+        """Where status changes go (the bounded log beside the state), when given."""
+        self.reporters = list(reporters)
+
+    async def run(self, interval: float, once: bool = False) -> None:
+        """Tick every `interval` seconds (measured from each tick's start) until cancelled;
+        one tick with `once`. A tick that fails is logged and the next one tries again."""
+        try:
+            while True:
+                started = self.clock.now()
+                try:
+                    await self.tick()
+                except DstackPlanError as e:
+                    log.error("tick failed: %s", e)
+                    if once:
+                        raise
+                if once:
+                    return
+                await self.clock.sleep(max(0.0, started + interval - self.clock.now()))
+        finally:
+            if self.lease is not None:
+                await asyncio.to_thread(self.lease.release)
+
+    async def tick(self) -> TickReport:
+        started = self.clock.now()
+        leader = (
+            True if self.lease is None else await asyncio.to_thread(self.lease.acquire_or_renew)
+        )
+        snapshot = await asyncio.to_thread(self.project.backend.read)
+        refresh = await self.project.refresh(snapshot)
+        before = snapshot.state
+        after = refresh.state
+        changes: list[tuple[str, str, str]] = []
+        retries = 0
+        if leader:
+            await self._stop_gangs(after)
+            retried, retries = await retry_failed(self.project, after, self.clock.now())
+            if retried:
+                after = after.model_copy(update={"resources": {**after.resources, **retried}})
+            changes = await self._commit(before, after)
+        hosts = await self._hosts(after)
+        report = TickReport(
+            started_at=started,
+            duration_s=self.clock.now() - started,
+            leader=leader,
+            runs={a: r.status for a, r in _runs(after).items()},
+            jobs=tuple(_jobs(after)),
+            hosts=tuple(hosts),
+            fleets=_fleets(after),
+            queue_depth=sum(1 for r in _runs(after).values() if r.status == "pending"),
+            retries=retries,
+        )
+        for reporter in self.reporters:
+            reporter(report, changes)
+        return report
+
+    async def _stop_gangs(self, state: State) -> None:
+        from dstack_plan.config.runs import RunSpec
+        from dstack_plan.inspect.runs import job_agent, job_records
+        from dstack_plan.inspect.stop import stop_timeout
+        from dstack_plan.plan.normalize import spec_from_normalized
+
+        for run in _runs(state).values():
+            if run.kind != "task" or run.tainted:
+                continue
+            spec = spec_from_normalized(run.kind, run.spec)
+            assert isinstance(spec, RunSpec)
+            leftovers, why = gang_leftovers(spec, job_records(run))
+            for job in leftovers:
+                log.info("%s: %s: stopping %s", run.address, why, job.id)
+                try:
+                    agent = await job_agent(self.project, run, job, state)
+                    await agent.stop(job.id, timeout=stop_timeout(run))
+                except DstackPlanError as e:
+                    log.warning("%s: could not stop %s: %s", run.address, job.id, e)
+
+    async def _commit(self, before: State, after: State) -> list[tuple[str, str, str]]:
+        observed: dict[str, Observed] = {}
+        changes = []
+        for address, run in _runs(after).items():
+            old = before.resources.get(address)
+            if old is None or (old.status == run.status and old.attributes == run.attributes):
+                continue
+            observed[address] = Observed(old.updated_at, run.status, dict(run.attributes))
+            if old.status != run.status:
+                changes.append((address, old.status, run.status))
+        if observed:
+            now = timestamp(self.clock)
+            await commit_async(self.project.backend, record_observed(observed, now))
+            if self.events is not None:
+                found = status_events(before, after, self.clock.now())
+                await asyncio.to_thread(self.events.append, found)
+        return changes
+
+    async def _hosts(self, state: State) -> list[HostSeen]:
+        """Every machine of the fleets runs use, asked for its metrics side by side."""
+        machines = []
+        for fleet in sorted({RunRecord.of(r).fleet for r in _runs(state).values()}):
+            try:
+                machines += await self.project.machines.machines(fleet, state)
+            except DstackPlanError as e:
+                log.warning("fleet %s: %s", fleet, e)
+        limit = asyncio.Semaphore(MAX_CONCURRENT_HOSTS)
+
+        async def one(fleet: str, host: str) -> HostSeen:
+            async with limit:
+                try:
+                    agent = await self.project.machines.agent(fleet, host, state)
+                    text = await asyncio.wait_for(agent.metrics(), HOST_TIMEOUT)
+                except (DstackPlanError, asyncio.TimeoutError) as e:
+                    why = str(e) or "no answer in time"
+                    return HostSeen(fleet=fleet, host=host, reachable=False, error=why)
+            return HostSeen(fleet=fleet, host=host, reachable=True, metrics_text=text)
+
+        return list(await asyncio.gather(*(one(m.fleet, m.host) for m in machines)))
+
+
+def _runs(state: State) -> dict[str, ResourceState]:
+    return {a: r for a, r in state.resources.items() if r.kind in RUN_KINDS}
+
+
+def _jobs(state: State) -> list[JobSeen]:
+    seen = []
+    for address, run in _runs(state).items():
+        for job in RunRecord.of(run).jobs:
+            seen.append(JobSeen(address=address, job_id=job.id, host=job.host, status=job.status))
+    return seen
+
+
+def _fleets(state: State) -> dict[str, dict[str, int]]:
+    from dstack_plan.apply.fleet_records import FleetRecord
+
+    counts: dict[str, dict[str, int]] = {}
+    for entry in state.resources.values():
+        if entry.kind != "fleet":
+            continue
+        by_status = counts.setdefault(entry.name, {})
+        for host in FleetRecord.of(entry).hosts:
+            by_status[host.status] = by_status.get(host.status, 0) + 1
+    return counts

@@ -1,0 +1,109 @@
+"""Carrying out the retry policy (`watch/retry.py`) on the runs a tick found failed.
+
+For each run with a failed job, the jobs are asked of their agents (exit code, reason, when
+they ended), the policy decides, and the decision is done: the whole run or the failed
+replicas submitted again (`watch/restart.py`), or the run given up as `failed`. What the
+policy needs next time (`RetryState`) is kept in the run's state attributes under `retry`.
+The updated entries go back to the loop, which commits them with the rest of the tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from dstack_plan.agent.api_models import JobInfo
+from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.config.runs import RunSpec
+from dstack_plan.errors import AgentError, DstackPlanError
+from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.state.model import ResourceState, State, timestamp
+from dstack_plan.watch.restart import restart_jobs, restart_run
+from dstack_plan.watch.retry import decide_retry
+from dstack_plan.watch.retry_model import JobOutcome, RetryDecision, RetryState
+
+if TYPE_CHECKING:
+    from dstack_plan.project import Project
+
+log = logging.getLogger(__name__)
+
+RETRY_KEY = "retry"
+
+
+async def retry_failed(
+    project: Project, state: State, now: float
+) -> tuple[dict[str, ResourceState], int]:
+    """The entries of `state` the retry policy changed (by address), and how many runs it
+    submitted again."""
+    changed: dict[str, ResourceState] = {}
+    resubmitted = 0
+    ctx = project.context(state)
+    for address, run in state.resources.items():
+        record = RunRecord.of(run)
+        if run.tainted or not any(j.status == "failed" for j in record.jobs):
+            continue
+        if run.attributes.get("termination_reason") == "retry_limit_exceeded":
+            continue  # given up already
+        spec = spec_from_normalized(run.kind, run.spec)
+        assert isinstance(spec, RunSpec)
+        try:
+            outcomes = await _outcomes(project, run, state)
+            retry_state = RetryState.from_json(run.attributes.get(RETRY_KEY))
+            decision = decide_retry(
+                spec, outcomes, retry_state, now, submitted_at=run.created_at.timestamp()
+            )
+            updated = await _carry_out(project, run, decision, ctx)
+        except DstackPlanError as e:
+            log.warning("%s: retry failed: %s", address, e)
+            continue
+        if updated is not None:
+            changed[address] = updated
+            resubmitted += decision.action == "resubmit"
+    return changed, resubmitted
+
+
+async def _outcomes(project: Project, run: ResourceState, state: State) -> list[JobOutcome]:
+    from dstack_plan.inspect.runs import job_agent
+
+    outcomes = []
+    for job in RunRecord.of(run).jobs:
+        agent = await job_agent(project, run, job, state)
+        try:
+            info: JobInfo = await agent.get_job(job.id)
+        except AgentError as e:
+            if e.status != 404:
+                raise
+            continue
+        outcomes.append(JobOutcome.of(job, info))
+    return outcomes
+
+
+async def _carry_out(
+    project: Project, run: ResourceState, decision: RetryDecision, ctx: object
+) -> ResourceState | None:
+    from dstack_plan.apply.handlers import ApplyContext
+    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.stop import stop_timeout
+
+    assert isinstance(ctx, ApplyContext)
+    now = timestamp(project.clock)
+    attributes = {**run.attributes, RETRY_KEY: decision.state.to_json()}
+    if decision.action == "none":
+        return None
+    if decision.action in ("wait", "fail"):
+        status = "failed" if decision.action == "fail" else run.status
+        if decision.action == "fail" and decision.reason:
+            attributes["termination_reason"] = decision.reason
+        return run.updated(now=now, status=status, attributes=attributes)
+    log.info("%s: %s", run.address, decision.message or "resubmitting")
+    with_state = run.updated(now=run.updated_at, attributes=attributes)
+    state = ctx.current_state()
+    for job in RunRecord.of(run).jobs:
+        if job.id in decision.stop:
+            agent = await job_agent(project, run, job, state)
+            await agent.stop(job.id, timeout=stop_timeout(run))
+    if decision.whole_run:
+        return await restart_run(project, with_state, ctx)
+    slots = set(decision.slots)
+    ids = [j.id for j in RunRecord.of(run).jobs if (j.replica, j.node) in slots]
+    return await restart_jobs(project, with_state, ids, ctx)

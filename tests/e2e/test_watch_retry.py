@@ -1,0 +1,72 @@
+"""`dstack watch` carries out the retry policy with a real local agent: a job that fails only
+the first time is retried and then succeeds; without `retry` it stays failed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from dstack_plan.clock import FakeClock
+from dstack_plan.project import Project
+from dstack_plan.watch.loop import Watcher
+from tests.e2e.conftest import Dstack
+from tests.e2e.test_local_flow import state, wait_for_status
+from tests.e2e.test_run_lifecycle import RESOURCES
+
+
+def flaky(marker: Path, retry: str) -> str:
+    command = f"test -f {marker} || {{ touch {marker}; exit 3; }}; echo second try"
+    return f"type: task\nname: flaky\ncommands: [{json.dumps(command)}]\n{retry}{RESOURCES}"
+
+
+async def _tick_and_close(watcher: Watcher) -> None:
+    try:
+        await watcher.tick()
+    finally:
+        await watcher.project.close()
+
+
+@pytest.mark.parametrize("retry", [True, False])
+def test_a_job_failing_once_is_retried_only_when_the_run_says_so(
+    dstack: Dstack, tmp_path: Path, agent_dir: Path, retry: bool
+) -> None:
+    project = tmp_path / "project"
+    marker = tmp_path / "failed-once"
+    policy = "retry: {on_events: [error], duration: 1m}\n" if retry else ""
+    (project / "flaky.dstack.yml").write_text(flaky(marker, policy))
+    assert dstack("apply", "-y").returncode == 0
+    wait_for_status(dstack, "task.flaky", {"failed"})
+    first = state(project)["resources"]["task.flaky"]["attributes"]["jobs"][0]["id"]
+
+    ticked = dstack("watch", "--once")
+    assert ticked.returncode == 0, ticked.stdout + ticked.stderr
+    entry = state(project)["resources"]["task.flaky"]
+    if retry:
+        # back to pending: placed again after the first backoff step (15 s), on watch's clock
+        assert entry["attributes"]["jobs"][0]["id"] == first
+        waiting = entry["attributes"]["retry"]["next_attempt_at"]
+        assert waiting - entry["attributes"]["retry"]["last_failure_at"] == 15
+        later = FakeClock(time.time() + 16)
+        watcher = Watcher(Project(project, agent_dir=agent_dir, clock=later))
+        asyncio.run(_tick_and_close(watcher))
+        entry = state(project)["resources"]["task.flaky"]
+        assert entry["attributes"]["retry"]["attempts"] == 1
+        assert entry["attributes"]["jobs"][0]["id"] != first  # submitted again
+        row = wait_for_status(dstack, "task.flaky", {"done"})
+        assert row["jobs"][0]["exit_code"] == 0
+        assert dstack("logs", "flaky").stdout == "second try\n"
+    else:
+        assert entry["status"] == "failed"
+        assert entry["attributes"]["jobs"][0]["id"] == first  # never retried
+        assert dstack("watch", "--once").returncode == 0
+        assert state(project)["resources"]["task.flaky"]["attributes"]["jobs"][0]["id"] == first
+    events = dstack("events", "--json")
+    assert events.returncode == 0, events.stderr
+    lines = [json.loads(line) for line in events.stdout.splitlines()]
+    assert any(e["address"] == "task.flaky" and e["new_status"] == "failed" for e in lines)
+    assert len({e["span_id"] for e in lines if e["address"] == "task.flaky"}) == 1
+    assert dstack("destroy", "-y").returncode == 0

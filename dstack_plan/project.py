@@ -165,7 +165,7 @@ class Project:
             "task": runs,
             "service": runs,
             "dev-environment": runs,
-            "fleet": FleetHandler(self.ssh_provider),
+            "fleet": FleetHandler(self.ssh_provider, self.machines.kept_provider),
             "volume": unsupported,
             "gateway": unsupported,
         }

@@ -27,7 +27,7 @@ from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
-from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
+from dstack_plan.providers.ssh.pins import HostKeyStore, MemoryHostKeyStore
 from dstack_plan.state.model import ResourceState
 
 if TYPE_CHECKING:
@@ -45,8 +45,15 @@ SSHProviderFactory = Callable[[str, "SSHConfig", MemoryHostKeyStore], "SSHProvid
 class FleetHandler(ResourceHandler):
     """Fleets of the `ssh` provider; cloud fleets are still refused by the plan."""
 
-    def __init__(self, ssh_provider: SSHProviderFactory):
+    def __init__(
+        self,
+        ssh_provider: SSHProviderFactory,
+        kept: Callable[[ResourceState], SSHProvider] | None = None,
+    ):
         self._make = ssh_provider
+        self._kept = kept
+        """The project's kept provider of a fleet in state (`FleetMachines.kept_provider`):
+        refresh asks the hosts over connections that outlive it. None: one per refresh."""
         self._unsupported = UnsupportedHandler()
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
@@ -84,6 +91,12 @@ class FleetHandler(ResourceHandler):
             return await self._unsupported.refresh(current, ctx)
         name, config = fleet_ssh_config(current.spec, current.address)
         old = FleetRecord.of(current)
+        if self._kept is not None:
+            provider = self._kept(current)
+            store = provider.policy.store
+            found = await provider.refresh(_as_recorded(provider.host_instances(name), old))
+            record = _record(provider, name, config, found, old, store)
+            return Refreshed(status=record.status, attributes=record.to_attributes())
         pins = MemoryHostKeyStore(old.pins())
         provider = self._make(name, config, pins)
         try:
@@ -223,7 +236,7 @@ def _record(
     config: SSHConfig,
     instances: Sequence[Instance],
     old: FleetRecord,
-    pins: MemoryHostKeyStore,
+    pins: HostKeyStore,
 ) -> FleetRecord:
     """Host records from what the provider returned (in `config` order), keeping what `old`
     knew of a host that did not answer now."""

@@ -67,6 +67,7 @@ class FleetMachines:
         self._make_ssh = ssh_provider
         self._ssh: dict[str, tuple[str, SSHProvider]] = {}
         """fleet name -> (its recorded ssh_config as JSON, the provider built from it)."""
+        self._retired: list[SSHProvider] = []
 
     async def machines(self, fleet: str, state: State) -> list[Machine]:
         """The machines of `fleet`: the local one refreshed now (host facts, a fraction of a
@@ -139,9 +140,10 @@ class FleetMachines:
         raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
 
     async def close(self) -> None:
-        for _, provider in self._ssh.values():
+        for provider in [*(p for _, p in self._ssh.values()), *self._retired]:
             await provider.close()
         self._ssh.clear()
+        self._retired.clear()
         await self.implicit.close()
 
     async def _implicit_machines(self, implicit: list[Instance]) -> list[Machine]:
@@ -172,11 +174,20 @@ class FleetMachines:
             )  # fmt: skip
         return entry
 
+    def kept_provider(self, entry: ResourceState) -> SSHProvider:
+        """The provider of the SSH fleet `entry` records, kept (with its connections and
+        agent clients) until `close`: what refreshing the fleet uses, so a long-lived process
+        (watch) asks its hosts over the same connections tick after tick."""
+        fleet = entry.address.split(".", 1)[1]
+        return self._provider(fleet, entry, ssh_config_of(entry))
+
     def _provider(self, fleet: str, entry: ResourceState, config: SSHConfig) -> SSHProvider:
         key = json.dumps(entry.spec.get("ssh_config"), sort_keys=True)
         cached = self._ssh.get(fleet)
         if cached is not None and cached[0] == key:
             return cached[1]
+        if cached is not None:
+            self._retired.append(cached[1])  # its connections are closed with the others
         provider = self._make_ssh(fleet, config, MemoryHostKeyStore(FleetRecord.of(entry).pins()))
         self._ssh[fleet] = (key, provider)
         return provider

@@ -29,6 +29,7 @@ from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.state.model import ResourceState, State
 
 MAX_CONCURRENT_STOPS = 16
+MAX_CONCURRENT_LISTINGS = 32
 STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
 RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, "ssh"})
@@ -136,17 +137,29 @@ class RunHandler(ResourceHandler):
         A run with a job on an SSH host that does not answer keeps its recorded status (its
         jobs may well run on): nothing is concluded from a host that cannot be asked."""
         state = ctx.current_state()
-        listings: dict[tuple[str, str], dict[str, JobInfo] | None] = {}
+        wanted: dict[tuple[str, str], str] = {}  # (fleet, machine) -> a host name for it
+        for current in currents:
+            record = RunRecord.of(current)
+            for host in _hosts(record):
+                wanted.setdefault((record.fleet, _machine_key(record.fleet, host)), host)
+        limit = asyncio.Semaphore(MAX_CONCURRENT_LISTINGS)
+
+        async def ask(key: tuple[str, str]) -> dict[str, JobInfo] | None:
+            async with limit:
+                return await self._listing(key[0], wanted[key], state)
+
+        keys = sorted(wanted)
+        answers = await asyncio.gather(*(ask(k) for k in keys))
+        listings: dict[tuple[str, str], dict[str, JobInfo] | None] = dict(
+            zip(keys, answers, strict=True)
+        )
         found: dict[str, Refreshed] = {}
         for current in currents:
             record = RunRecord.of(current)
             known: dict[str, JobInfo] = {}
             unreachable = False
             for host in sorted(_hosts(record)):
-                key = (record.fleet, "" if record.fleet == LOCAL_FLEET else host)
-                if key not in listings:
-                    listings[key] = await self._listing(record.fleet, host, state)
-                listing = listings[key]
+                listing = listings[(record.fleet, _machine_key(record.fleet, host))]
                 if listing is None:
                     unreachable = True
                 else:
@@ -313,6 +326,11 @@ def stop_seconds(spec: RunSpec) -> float:
 def fleet_of(run: ResourceState) -> str:
     """The fleet a run in state is on, as its create recorded it (`local` before fleets)."""
     return RunRecord.of(run).fleet
+
+
+def _machine_key(fleet: str, host: str) -> str:
+    """The local fleet has one machine, whatever name its older records give it."""
+    return "" if fleet == LOCAL_FLEET else host
 
 
 def _hosts(record: RunRecord) -> set[str]:

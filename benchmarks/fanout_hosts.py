@@ -70,20 +70,21 @@ class Bench:
 
 
 @contextmanager
-def bench(hosts: int) -> Iterator[Bench]:
+def bench(hosts: int, *, ansible: bool = True, prefix: str = "dstack-fanout-") -> Iterator[Bench]:
     """`hosts` namespace hosts (`b1`...) up; all of it removed at the end, also on Ctrl-C or
-    SIGTERM (which is turned into SystemExit so that this cleanup runs)."""
+    SIGTERM (which is turned into SystemExit so that this cleanup runs). `ansible`: Ansible
+    must be in the venv; `prefix`: of the temporary work dir's name."""
     reason = ssh_hosts.available()
     if reason is not None:
         sys.exit(f"cannot make the hosts: {reason}")
-    if not ANSIBLE.exists():
+    if ansible and not ANSIBLE.exists():
         sys.exit(f"{ANSIBLE} is missing: {BIN / 'pip'} install ansible-core")
 
     def terminated(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminated)
-    work = Path(tempfile.mkdtemp(prefix="dstack-fanout-"))
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     names = tuple(f"b{i}" for i in range(1, hosts + 1))
     network = ssh_hosts.SSHTestHosts(work / "hosts", names=names)
     home = work / "home"  # no ~/.ssh/known_hosts, no ~/.ansible of the user's
@@ -113,13 +114,17 @@ def remove_leftover_links() -> None:
             subprocess.run(["ip", "link", "del", name], capture_output=True)
 
 
-def write_project(directory: Path, key: Path, addresses: Sequence[str]) -> Path:
-    """`directory` holding `fleet.dstack.yml`: one SSH fleet `bench` of `addresses`."""
+def write_project(
+    directory: Path, key: Path, addresses: Sequence[str], placement: str = "any"
+) -> Path:
+    """`directory` holding `fleet.dstack.yml`: one SSH fleet `bench` of `addresses`
+    (`placement: cluster` lets multi-node tasks use it)."""
     directory.mkdir(parents=True)
     hosts = "".join(f"    - {a}\n" for a in addresses)
+    extra = "" if placement == "any" else f"placement: {placement}\n"
     (directory / "fleet.dstack.yml").write_text(
-        f"type: fleet\nname: bench\nssh_config:\n  user: root\n  identity_file: {key}\n"
-        f"  hosts:\n{hosts}"
+        f"type: fleet\nname: bench\n{extra}ssh_config:\n  user: root\n"
+        f"  identity_file: {key}\n  hosts:\n{hosts}"
     )
     return directory
 

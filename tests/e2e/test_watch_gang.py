@@ -4,6 +4,7 @@ to, and commits what it found; with real agents on namespace SSH hosts."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def test_watch_stops_the_other_nodes_when_one_failed(
 
     ticked = dstack("watch", "--once")
     assert ticked.returncode == 0, ticked.stdout + ticked.stderr
-    assert "task.gang: submitted -> failed" in ticked.stdout  # as apply recorded it
+    # from what apply recorded: `submitted`, or `running` when the jobs started in time
+    assert re.search(r"task\.gang: (submitted|running) -> failed\n", ticked.stdout), ticked.stdout
     assert state(project)["resources"]["task.gang"]["status"] == "failed"
     deadline = time.monotonic() + 30
     while any(s == "running" for s in statuses(dstack).values()):

@@ -8,13 +8,22 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from dstack_plan.config.backend_options import BackendOptions, one_entry_per_backend
-from dstack_plan.config.base import DEFERRED, Described, FieldConflict, Shorthand, Strict
+from dstack_plan.config.base import (
+    DEFERRED,
+    Described,
+    FieldConflict,
+    Shorthand,
+    Strict,
+    is_stored,
+)
+from dstack_plan.config.cron import check_cron
 from dstack_plan.config.units import Duration, IdleDuration, OffableDuration
 
 SpotPolicy = Literal["spot", "on-demand", "auto"]
@@ -80,12 +89,13 @@ class Schedule(Strict):
 
     @field_validator("cron")
     @classmethod
-    def _five_fields(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _five_fields(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         if not value:
             raise ValueError("cron must not be empty")
+        if is_stored(info):
+            return value  # checked when it was loaded
         for expr in value:
-            if len(expr.split()) != 5:
-                raise ValueError(f"invalid cron expression {expr!r}: expected 5 fields")
+            check_cron(expr)
         return value
 
 

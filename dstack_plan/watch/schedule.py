@@ -14,16 +14,14 @@ missed while nothing watched (or while the previous run still ran) make one run,
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timezone
 
 from croniter import croniter
 
+from dstack_plan.config.cron import posix_cron
 from dstack_plan.config.profile import Schedule
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import DstackPlanError
-
-_NUMBER = re.compile(r"\d+")
 
 
 class ScheduleError(DstackPlanError):
@@ -62,30 +60,8 @@ def _iter(expr: str, start: datetime) -> croniter:
 
 
 def _posix(expr: str) -> str:
-    """`expr` with its weekday field in croniter's numbering (0 or 7 = Sunday)."""
-    fields = expr.split()
-    if len(fields) != 5:
-        raise ScheduleError(f"invalid cron expression {expr!r}: expected 5 fields")
-    fields[4] = ",".join(_weekday_item(item, expr) for item in fields[4].split(","))
-    return " ".join(fields)
-
-
-def _weekday_item(item: str, expr: str) -> str:
-    """One comma-separated item of a Monday-based weekday field, Sunday-based: every number
-    moves up by one (Sunday becomes 7, which croniter accepts), and an open start (`*/2`,
-    `3/2`) gets the explicit end 7 that it had (6, Sunday) before."""
-    value, slash, step = item.partition("/")
-    if slash and value == "*":
-        value = "0-6"
-    elif slash and "-" not in value:
-        value = f"{value}-6"
-
-    def shift(match: re.Match[str]) -> str:
-        day = int(match.group())
-        if day > 6:
-            raise ScheduleError(
-                f"invalid cron expression {expr!r}: weekday {day} (0 is Monday, 6 is Sunday)"
-            )
-        return str(day + 1)
-
-    return _NUMBER.sub(shift, value) + (f"/{step}" if slash else "")
+    """`expr` in croniter's weekday numbering (see `config/cron.py`)."""
+    try:
+        return posix_cron(expr)
+    except ValueError as e:
+        raise ScheduleError(str(e)) from None

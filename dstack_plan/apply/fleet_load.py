@@ -25,6 +25,8 @@ class FleetLoad(NamedTuple):
     """What holds part of each candidate, by host name."""
     problems: dict[str, str]
     """Host name -> why it cannot take jobs now (unreachable, agent down)."""
+    machines: dict[str, Machine]
+    """The candidates' machines, by host name (what a placement's hosts name)."""
 
     def why_none(self) -> str:
         """Why the fleet has no candidate, per host."""
@@ -52,6 +54,7 @@ async def fleet_load(
 
     candidates: list[Candidate] = []
     busy: dict[str, list[BusyJob]] = {}
+    answering: dict[str, Machine] = {}
     for machine, jobs in await asyncio.gather(*(listing(m) for m in usable)):
         if isinstance(jobs, str):
             problems[machine.host] = jobs
@@ -61,4 +64,5 @@ async def fleet_load(
             Candidate(machine.fleet, machine.provider, machine.host, machine.resources)
         )
         busy[machine.host] = jobs
-    return FleetLoad(candidates, busy, problems)
+        answering[machine.host] = machine
+    return FleetLoad(candidates, busy, problems, answering)

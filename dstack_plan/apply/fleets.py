@@ -48,12 +48,13 @@ class FleetHandler(ResourceHandler):
     def __init__(
         self,
         ssh_provider: SSHProviderFactory,
-        kept: Callable[[ResourceState], SSHProvider] | None = None,
+        kept: Callable[[ResourceState], SSHProvider],
     ):
         self._make = ssh_provider
+        """A new provider of some hosts (create, update, delete: closed when done)."""
         self._kept = kept
         """The project's kept provider of a fleet in state (`FleetMachines.kept_provider`):
-        refresh asks the hosts over connections that outlive it. None: one per refresh."""
+        refresh asks the hosts over connections that outlive it (watch, tick after tick)."""
         self._unsupported = UnsupportedHandler()
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
@@ -91,19 +92,9 @@ class FleetHandler(ResourceHandler):
             return await self._unsupported.refresh(current, ctx)
         name, config = fleet_ssh_config(current.spec, current.address)
         old = FleetRecord.of(current)
-        if self._kept is not None:
-            provider = self._kept(current)
-            store = provider.policy.store
-            found = await provider.refresh(_as_recorded(provider.host_instances(name), old))
-            record = _record(provider, name, config, found, old, store)
-            return Refreshed(status=record.status, attributes=record.to_attributes())
-        pins = MemoryHostKeyStore(old.pins())
-        provider = self._make(name, config, pins)
-        try:
-            found = await provider.refresh(_as_recorded(provider.host_instances(name), old))
-            record = _record(provider, name, config, found, old, pins)
-        finally:
-            await provider.close()
+        provider = self._kept(current)
+        found = await provider.refresh(_as_recorded(provider.host_instances(name), old))
+        record = _record(provider, name, config, found, old, provider.policy.store)
         return Refreshed(status=record.status, attributes=record.to_attributes())
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:

@@ -3,27 +3,30 @@
 A distributed job whose rank 1 died waits forever on a collective: if one node fails, the
 others are stopped and the run fails as one. With `stop_criteria: master-done`, the run is
 over when the master (node 0) ends: the workers are stopped then. Whoever watches the jobs
-(`apply --attach`, `dstack attach`, and `dstack watch`) asks `gang_stops` each time a job ends.
+(`apply --attach`, `dstack attach`, and `dstack watch` each tick) asks `gang_leftovers`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dstack_plan.agent.api_models import JobInfo, JobStatus
 from dstack_plan.apply.run_records import JobRecord
 from dstack_plan.config.runs import RunSpec, TaskSpec
+from dstack_plan.plan.kinds import FINISHED_STATUSES
 
 
-def gang_stops(
-    spec: RunSpec, ended: JobRecord, info: JobInfo, others: Sequence[JobRecord]
-) -> tuple[list[JobRecord], str | None]:
-    """The jobs among `others` (the run's jobs still running) to stop now that `ended`
-    finished as `info` says, and why (None when nothing is to stop)."""
-    if not isinstance(spec, TaskSpec) or spec.node_count() < 2 or not others:
+def gang_leftovers(spec: RunSpec, jobs: Sequence[JobRecord]) -> tuple[list[JobRecord], str | None]:
+    """The jobs of a multi-node task still running although the run is over, and why: a node
+    failed, or (`stop_criteria: master-done`) the master is done."""
+    if not isinstance(spec, TaskSpec) or spec.node_count() < 2:
         return [], None
-    if info.status is JobStatus.FAILED or (info.exit_code not in (None, 0)):
-        return list(others), f"node {ended.node} failed: the other nodes are stopped"
-    if spec.stop_criteria == "master-done" and ended.node == 0:
-        return list(others), "the master node is done (stop_criteria: master-done)"
+    running = [j for j in jobs if j.status not in FINISHED_STATUSES]
+    if not running:
+        return [], None
+    failed = [j for j in jobs if j.status == "failed"]
+    if failed:
+        return running, f"node {failed[0].node} failed: the other nodes are stopped"
+    master_done = any(j.node == 0 and j.status == "done" for j in jobs)
+    if spec.stop_criteria == "master-done" and master_done:
+        return running, "the master node is done (stop_criteria: master-done)"
     return [], None

@@ -247,8 +247,7 @@ class RunHandler(ResourceHandler):
         placement = place_on_fleet([run], load.candidates, load.busy, deployment).placements
         if not placement[address].placed:
             raise ProviderError(fleet, placement[address].note or "cannot be placed", address)
-        by_host = {m.host: m for m in await self.machines.machines(fleet, state)}
-        return [by_host[h] for h in placement[address].hosts]
+        return [load.machines[h] for h in placement[address].hosts]
 
     async def _agents(self, fleet: str, hosts: set[str], state: State) -> dict[str, AgentClient]:
         return {h: await self.machines.agent(fleet, h, state) for h in hosts}

@@ -102,6 +102,7 @@ async def stream_runs(
 
     tasks = [asyncio.create_task(follow(run, r)) for run, r in jobs]
     job_of = dict(zip(tasks, jobs, strict=True))
+    gangs_stopped: set[str] = set()
     waiter = asyncio.create_task(stop.wait()) if stop is not None else None
     try:
         pending: set[asyncio.Task[Any]] = set(tasks) | ({waiter} if waiter else set())
@@ -112,8 +113,7 @@ async def stream_runs(
                     result.detached = True
                     return result
                 task.result()  # an agent error ends the attach
-                run, record = job_of[task]
-                await _keep_gang(project, run, record, result, out, state)
+                await _keep_gang(project, job_of[task][0], result, out, state, gangs_stopped)
         return result
     finally:
         for task in [*tasks, *([waiter] if waiter else [])]:
@@ -124,14 +124,15 @@ async def stream_runs(
 async def _keep_gang(
     project: Project,
     run: ResourceState,
-    record: JobRecord,
     result: AttachResult,
     out: BinaryIO,
     state: State,
+    stopped: set[str],
 ) -> None:
-    """Stop the other nodes of a multi-node task when one failed, or when the master is done
-    and the run says `stop_criteria: master-done` (see `apply.gang`)."""
-    from dstack_plan.apply.gang import gang_stops
+    """Once one of `run`'s jobs ended: stop the other nodes of a multi-node task when one
+    failed, or when the master is done and the run says `stop_criteria: master-done` (see
+    `apply.gang`). `stopped`: the runs already stopped so, which are left alone."""
+    from dstack_plan.apply.gang import gang_leftovers
     from dstack_plan.config.runs import RunSpec
     from dstack_plan.errors import AgentError
     from dstack_plan.inspect.stop import stop_timeout
@@ -139,10 +140,19 @@ async def _keep_gang(
 
     spec = spec_from_normalized(run.kind, run.spec)
     assert isinstance(spec, RunSpec)
-    others = [r for r in job_records(run) if r.id not in result.finished]
-    stops, why = gang_stops(spec, record, result.finished[record.id], others)
+    if run.address in stopped:
+        return
+    # a job not finished yet is still being followed: it runs, whatever apply recorded
+    jobs = [
+        j._replace(
+            status=result.finished[j.id].status.value if j.id in result.finished else "running"
+        )
+        for j in job_records(run)
+    ]
+    stops, why = gang_leftovers(spec, jobs)
     if not stops:
         return
+    stopped.add(run.address)
     out.write(f"{run.address}: {why}\n".encode())
     out.flush()
     timeout = stop_timeout(run)

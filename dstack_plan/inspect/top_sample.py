@@ -6,15 +6,11 @@ Pure functions: what the agent's `/metrics` (Prometheus text, see `agent/metrics
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dstack_plan.agent.api_models import JobInfo
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _CPU = "dstack_agent_cpu_seconds_total"
 _IDLE_MODES = ("idle", "iowait")
 """CPU time in these modes is time the CPUs had nothing to run."""
@@ -23,29 +19,25 @@ Sample = tuple[dict[str, str], float]
 
 
 def parse_metrics(text: str) -> dict[str, list[Sample]]:
-    """Metric name -> its samples (labels, value), from Prometheus text format 0.0.4.
+    """Metric name -> its samples (labels, value), from Prometheus text format 0.0.4, read
+    by prometheus_client's parser.
 
-    Lines it cannot read (comments, a malformed value) are skipped: a newer agent may add
-    metrics this controller does not know."""
+    Lines it cannot read (a malformed value) are skipped, each on its own: a newer agent may
+    add metrics this controller does not know, and one bad line must not hide the rest."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     found: dict[str, list[Sample]] = {}
     for line in text.splitlines():
-        match = _SAMPLE.match(line.strip())
-        if match is None:
+        if not line.strip() or line.startswith("#"):
             continue
-        name, labels, value = match.groups()
         try:
-            number = float(value)
+            families = list(text_string_to_metric_families(line + "\n"))
         except ValueError:
             continue
-        found.setdefault(name, []).append((_labels(labels or ""), number))
+        for family in families:
+            for sample in family.samples:
+                found.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     return found
-
-
-def _labels(text: str) -> dict[str, str]:
-    return {
-        key: re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], value)
-        for key, value in _LABEL.findall(text)
-    }
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from dstack_plan.apply.gang import gang_leftovers
 from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.state.commit import commit_async
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.events import status_events
-from dstack_plan.watch.gangs import gang_leftovers
 from dstack_plan.watch.model import HostSeen, JobSeen, TickReport
 from dstack_plan.watch.record import Observed, record_observed
 from dstack_plan.watch.retries import retry_failed

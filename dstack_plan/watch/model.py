@@ -19,8 +19,6 @@ class JobSeen(_Frozen):
     status: str
     """The agent's job status (`running`, `done`, `failed`, ...); `unknown` when its host did
     not answer."""
-    gpus: tuple[int, ...] = ()
-    """GPU indices the agent allocated to it."""
 
 
 class HostSeen(_Frozen):

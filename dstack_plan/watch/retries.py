@@ -23,6 +23,7 @@ from dstack_plan.watch.retry import decide_retry
 from dstack_plan.watch.retry_model import JobOutcome, RetryDecision, RetryState
 
 if TYPE_CHECKING:
+    from dstack_plan.apply.handlers import ApplyContext
     from dstack_plan.project import Project
 
 log = logging.getLogger(__name__)
@@ -79,13 +80,11 @@ async def _outcomes(project: Project, run: ResourceState, state: State) -> list[
 
 
 async def _carry_out(
-    project: Project, run: ResourceState, decision: RetryDecision, ctx: object
+    project: Project, run: ResourceState, decision: RetryDecision, ctx: ApplyContext
 ) -> ResourceState | None:
-    from dstack_plan.apply.handlers import ApplyContext
     from dstack_plan.inspect.runs import job_agent
     from dstack_plan.inspect.stop import stop_timeout
 
-    assert isinstance(ctx, ApplyContext)
     now = timestamp(project.clock)
     attributes = {**run.attributes, RETRY_KEY: decision.state.to_json()}
     if decision.action == "none":

@@ -32,7 +32,7 @@ def unused_factory(*args: object) -> object:
 
 
 def test_ssh_fleets_are_created_and_cloud_fleets_still_refused() -> None:
-    handler = FleetHandler(unused_factory)  # type: ignore[arg-type]
+    handler = FleetHandler(unused_factory, unused_factory)  # type: ignore[arg-type]
     assert handler.cannot_create("fleet", "ssh") is None
     assert handler.cannot_create("fleet", "cloud") == (
         "the cloud provider cannot create fleets in this version"

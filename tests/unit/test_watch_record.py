@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from dstack_plan.apply.gang import gang_leftovers
 from dstack_plan.apply.run_records import JobRecord
 from dstack_plan.config.runs import TaskSpec
 from dstack_plan.state.model import ResourceState, State
-from dstack_plan.watch.gangs import gang_leftovers
 from dstack_plan.watch.record import Observed, record_observed
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -155,3 +155,30 @@ def test_a_changed_host_key_fails_that_host_until_trusted(
     finally:
         assert dstack("destroy", "-y").returncode == 0
     assert agents_running(remote) == set()
+
+
+def test_a_fleet_behind_a_jump_host(
+    dstack: Dstack, tmp_path: Path, ssh_hosts: SSHTestHosts, remote: Path
+) -> None:
+    # `inner` is reachable only through `jump` (the namespace network has no other route)
+    project = tmp_path / "project"
+    inner, jump = ssh_hosts["inner"].address, ssh_hosts["jump"].address
+    (project / "fleet.dstack.yml").write_text(
+        "type: fleet\nname: onprem\nssh_config:\n  user: root\n"
+        f"  identity_file: {ssh_hosts.client_key}\n"
+        f"  proxy_jump: {{hostname: {jump}, user: root, identity_file: {ssh_hosts.client_key}}}\n"
+        f"  hosts:\n    - {inner}\n"
+    )
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    try:
+        host = hosts_json(dstack)[inner]
+        assert host["status"] == "idle" and host["resources"]["cpus"] >= 1
+        assert agents_running(remote) == {"inner"}
+        ran = dstack("exec", "--json", "--", "hostname")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert json.loads(ran.stdout)["hosts"][0]["stdout"] == "inner\n"
+        assert dstack("plan", "--detailed-exitcode").returncode == 0  # refreshed via the jump
+    finally:
+        assert dstack("destroy", "-y").returncode == 0
+    assert agents_running(remote) == set()

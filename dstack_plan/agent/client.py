@@ -209,11 +209,19 @@ class AgentClient:
         return JobInfo.model_validate((await self._request("GET", self._job_path(job_id))).json())
 
     async def stop(
-        self, job_id: str, timeout: float | None = None, abort: bool = False
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        abort: bool = False,
+        reason: str | None = None,
     ) -> JobInfo:
         """Stop gracefully (SIGTERM, then SIGKILL after `timeout` or the job's stop_timeout),
-        or with `abort` kill at once. Returns at once; see `wait`."""
+        or with `abort` kill at once. Returns at once; see `wait`. `reason` (one of
+        `protocol.STOP_REASONS`; `terminated_by_user` when omitted) is the termination reason
+        the job ends with."""
         body: dict[str, Any] = {"abort": abort}
+        if reason is not None:
+            body["reason"] = reason
         if timeout is not None:
             body["timeout"] = timeout
         response = await self._request("POST", self._job_path(job_id) + "/stop", body=body)

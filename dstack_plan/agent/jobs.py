@@ -21,12 +21,16 @@ from dstack_plan.agent.protocol import (
     CONTAINER_EXITED_WITH_ERROR,
     DONE_BY_RUNNER,
     EXECUTOR_ERROR,
+    INACTIVITY_DURATION_EXCEEDED,
     MAX_DURATION_EXCEEDED,
     RUNNING,
     RUNTIME_DOCKER,
     RUNTIME_PROCESS,
+    SCALED_DOWN,
     STATUS_OF_REASON,
+    TERMINATED_BY_SERVER,
     TERMINATED_BY_USER,
+    TERMINATED_DUE_TO_UTILIZATION_POLICY,
     TERMINATING,
 )
 from dstack_plan.agent.runtimes.base import Runtime, StartError
@@ -40,6 +44,10 @@ log = logging.getLogger(__name__)
 _STOP_MESSAGES = {
     TERMINATED_BY_USER: "stopped by user",
     ABORTED_BY_USER: "aborted by user",
+    TERMINATED_BY_SERVER: "stopped by dstack watch",
+    SCALED_DOWN: "scaled down",
+    INACTIVITY_DURATION_EXCEEDED: "inactivity_duration exceeded",
+    TERMINATED_DUE_TO_UTILIZATION_POLICY: "GPU utilization stayed under utilization_policy",
 }
 FORCE_DELETE_WAIT = 15.0
 

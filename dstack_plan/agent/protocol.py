@@ -30,6 +30,21 @@ EXECUTOR_ERROR = "executor_error"
 TERMINATED_BY_USER = "terminated_by_user"
 MAX_DURATION_EXCEEDED = "max_duration_exceeded"
 ABORTED_BY_USER = "aborted_by_user"
+# Reasons a controller gives when it stops a job for its own reasons (dstack's names).
+TERMINATED_BY_SERVER = "terminated_by_server"
+SCALED_DOWN = "scaled_down"
+INACTIVITY_DURATION_EXCEEDED = "inactivity_duration_exceeded"
+TERMINATED_DUE_TO_UTILIZATION_POLICY = "terminated_due_to_utilization_policy"
+
+STOP_REASONS = (
+    TERMINATED_BY_USER,
+    TERMINATED_BY_SERVER,
+    SCALED_DOWN,
+    INACTIVITY_DURATION_EXCEEDED,
+    TERMINATED_DUE_TO_UTILIZATION_POLICY,
+    MAX_DURATION_EXCEEDED,
+)
+"""The reasons `POST /jobs/{id}/stop` accepts (an abort is always `aborted_by_user`)."""
 
 STATUS_OF_REASON = {
     DONE_BY_RUNNER: DONE,
@@ -39,6 +54,10 @@ STATUS_OF_REASON = {
     TERMINATED_BY_USER: TERMINATED,
     MAX_DURATION_EXCEEDED: TERMINATED,
     ABORTED_BY_USER: ABORTED,
+    TERMINATED_BY_SERVER: TERMINATED,
+    SCALED_DOWN: TERMINATED,
+    INACTIVITY_DURATION_EXCEEDED: TERMINATED,
+    TERMINATED_DUE_TO_UTILIZATION_POLICY: TERMINATED,
 }
 
 RUNTIME_DOCKER = "docker"

@@ -24,6 +24,8 @@ from dstack_plan.agent.protocol import (
     MAX_BLOB_BYTES,
     MAX_LOG_CHUNK_BYTES,
     MAX_REQUEST_BYTES,
+    STOP_REASONS,
+    TERMINATED_BY_USER,
 )
 from dstack_plan.agent.spec import SpecError
 
@@ -275,8 +277,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def api_stop_job(self, query: dict[str, list[str]], job_id: str) -> None:
         body = self._json_body()
-        if not isinstance(body, dict) or set(body) - {"timeout", "abort"}:
-            raise ApiError(400, "body: expected {timeout, abort}", "body")
+        if not isinstance(body, dict) or set(body) - {"timeout", "abort", "reason"}:
+            raise ApiError(400, "body: expected {timeout, abort, reason}", "body")
         timeout = body.get("timeout")
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -289,7 +291,12 @@ class Handler(BaseHTTPRequestHandler):
         abort = body.get("abort", False)
         if not isinstance(abort, bool):
             raise ApiError(400, "abort: must be true or false", "abort")
-        self._send_json(202, self.app.jobs.stop(job_id, timeout, abort))
+        reason = body.get("reason", TERMINATED_BY_USER)
+        if reason not in STOP_REASONS:
+            raise ApiError(
+                400, f"reason: must be one of {', '.join(STOP_REASONS)}, got {reason!r}", "reason"
+            )
+        self._send_json(202, self.app.jobs.stop(job_id, timeout, abort, reason))
 
     def api_has_blob(self, query: dict[str, list[str]], sha256: str) -> None:
         path = self.app.blobs.path(sha256)

@@ -11,10 +11,12 @@ One tick, in order:
 1. renew (or take) the lease;
 2. refresh: every agent is asked for its jobs once (over the SSH connections the project keeps
    open across ticks);
-3. act, as leader: stop the leftover nodes of a multi-node task that is over, and carry out
-   the retry policy on failed runs (`retries`);
-4. commit the statuses and job records the refresh found;
-5. report (`TickReport`): to metrics, events and the log.
+3. ask every machine of the fleets runs use for its metrics (GPU utilisation, reachability);
+4. act, as leader: each actor of `watch/actors.py` in turn (hosts lost, gangs, limits,
+   retries, rolling updates, queued and scheduled runs, idle machines), each seeing what the
+   ones before it changed;
+5. commit the statuses and job records the refresh found, and what the actors changed;
+6. report (`TickReport`): to metrics, events and the log.
 """
 
 from __future__ import annotations
@@ -24,16 +26,17 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from dstack_plan.apply.gang import gang_leftovers
 from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.state.commit import commit_async
+from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState, State, timestamp
+from dstack_plan.watch.actors import default_actors
 from dstack_plan.watch.events import status_events
 from dstack_plan.watch.model import HostSeen, JobSeen, TickReport
 from dstack_plan.watch.record import Observed, record_observed
-from dstack_plan.watch.retries import retry_failed
+from dstack_plan.watch.tick import Actor, Tick
 
 if TYPE_CHECKING:
     from dstack_plan.project import Project
@@ -68,6 +71,7 @@ class Watcher:
         lease: Lease | None = None,
         events: EventLog | None = None,
         reporters: Sequence[Reporter] = (),
+        actors: Sequence[Actor] | None = None,
     ) -> None:
         self.project = project
         self.clock = project.clock
@@ -75,6 +79,8 @@ class Watcher:
         self.events = events
         """Where status changes go (the bounded log beside the state), when given."""
         self.reporters = list(reporters)
+        self.actors = list(default_actors() if actors is None else actors)
+        """The rules a leader carries out each tick, in order (`watch/actors.py`)."""
 
     async def run(self, interval: float, once: bool = False) -> None:
         """Tick every `interval` seconds (measured from each tick's start) until cancelled;
@@ -104,15 +110,27 @@ class Watcher:
         refresh = await self.project.refresh(snapshot)
         before = snapshot.state
         after = refresh.state
+        hosts = await self._hosts(after)
         changes: list[tuple[str, str, str]] = []
         retries = 0
         if leader:
-            await self._stop_gangs(after)
-            retried, retries = await retry_failed(self.project, after, self.clock.now())
-            if retried:
-                after = after.model_copy(update={"resources": {**after.resources, **retried}})
-            changes = await self._commit(before, after)
-        hosts = await self._hosts(after)
+            acted: set[str] = set()
+            events: list[Event] = []
+            for actor in self.actors:
+                tick = Tick(self.project, after, before, self.clock.now(), hosts)
+                try:
+                    result = await actor.act(tick)
+                except DstackPlanError as e:
+                    log.error("%s: %s", actor.name, e)
+                    continue
+                if result.changed:
+                    after = after.model_copy(
+                        update={"resources": {**after.resources, **result.changed}}
+                    )
+                    acted.update(result.changed)
+                retries += result.resubmitted
+                events += result.events
+            changes = await self._commit(before, after, acted, events)
         report = TickReport(
             started_at=started,
             duration_s=self.clock.now() - started,
@@ -128,42 +146,28 @@ class Watcher:
             reporter(report, changes)
         return report
 
-    async def _stop_gangs(self, state: State) -> None:
-        from dstack_plan.config.runs import RunSpec
-        from dstack_plan.inspect.runs import job_agent, job_records
-        from dstack_plan.inspect.stop import stop_timeout
-        from dstack_plan.plan.normalize import spec_from_normalized
-
-        for run in _runs(state).values():
-            if run.kind != "task" or run.tainted:
-                continue
-            spec = spec_from_normalized(run.kind, run.spec)
-            assert isinstance(spec, RunSpec)
-            leftovers, why = gang_leftovers(spec, job_records(run))
-            for job in leftovers:
-                log.info("%s: %s: stopping %s", run.address, why, job.id)
-                try:
-                    agent = await job_agent(self.project, run, job, state)
-                    await agent.stop(job.id, timeout=stop_timeout(run))
-                except DstackPlanError as e:
-                    log.warning("%s: could not stop %s: %s", run.address, job.id, e)
-
-    async def _commit(self, before: State, after: State) -> list[tuple[str, str, str]]:
+    async def _commit(
+        self, before: State, after: State, acted: set[str], extra: list[Event]
+    ) -> list[tuple[str, str, str]]:
+        """Write the runs' refreshed statuses and whatever the actors changed; log events."""
         observed: dict[str, Observed] = {}
         changes = []
-        for address, run in _runs(after).items():
+        for address, entry in after.resources.items():
             old = before.resources.get(address)
-            if old is None or (old.status == run.status and old.attributes == run.attributes):
+            if old is None or (entry.kind not in RUN_KINDS and address not in acted):
                 continue
-            observed[address] = Observed(old.updated_at, run.status, dict(run.attributes))
-            if old.status != run.status:
-                changes.append((address, old.status, run.status))
+            if old.status == entry.status and old.attributes == entry.attributes:
+                continue
+            observed[address] = Observed(old.updated_at, entry.status, dict(entry.attributes))
+            if old.status != entry.status:
+                changes.append((address, old.status, entry.status))
         if observed:
-            now = timestamp(self.clock)
-            await commit_async(self.project.backend, record_observed(observed, now))
-            if self.events is not None:
-                found = status_events(before, after, self.clock.now())
-                await asyncio.to_thread(self.events.append, found)
+            mutation = record_observed(observed, timestamp(self.clock))
+            await commit_async(self.project.backend, mutation)
+        if self.events is not None:
+            found = status_events(before, after, self.clock.now()) if observed else []
+            if found or extra:
+                await asyncio.to_thread(self.events.append, [*found, *extra])
         return changes
 
     async def _hosts(self, state: State) -> list[HostSeen]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
 from dstack_plan.apply.handlers import ApplyContext
 from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.plan.model import Action, Placement, ResourceChange
@@ -62,7 +63,7 @@ async def restart_jobs(
     for job in record.jobs:
         if job.id in job_ids:
             agent = await job_agent(project, current, job, state)
-            await agent.stop(job.id, timeout=stop_timeout(current))
+            await agent.stop(job.id, timeout=stop_timeout(current), reason=TERMINATED_BY_SERVER)
             await agent.delete(job.id, force=True)
     kept = record.with_jobs([j for j in record.jobs if j.id not in job_ids])
     trimmed = current.updated(

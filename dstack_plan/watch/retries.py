@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from dstack_plan.agent.api_models import JobInfo
+from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
 from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import AgentError, DstackPlanError
@@ -21,6 +22,7 @@ from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.restart import restart_jobs, restart_run
 from dstack_plan.watch.retry import decide_retry
 from dstack_plan.watch.retry_model import JobOutcome, RetryDecision, RetryState
+from dstack_plan.watch.tick import Acted, Tick
 
 if TYPE_CHECKING:
     from dstack_plan.apply.handlers import ApplyContext
@@ -29,6 +31,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRY_KEY = "retry"
+
+
+class RetryPolicy:
+    """The retry policy, as an actor of the loop."""
+
+    name = "retry"
+
+    async def act(self, tick: Tick) -> Acted:
+        changed, resubmitted = await retry_failed(tick.project, tick.state, tick.now)
+        return Acted(changed=changed, resubmitted=resubmitted)
 
 
 async def retry_failed(
@@ -100,7 +112,7 @@ async def _carry_out(
     for job in RunRecord.of(run).jobs:
         if job.id in decision.stop:
             agent = await job_agent(project, run, job, state)
-            await agent.stop(job.id, timeout=stop_timeout(run))
+            await agent.stop(job.id, timeout=stop_timeout(run), reason=TERMINATED_BY_SERVER)
     if decision.whole_run:
         return await restart_run(project, with_state, ctx)
     slots = set(decision.slots)

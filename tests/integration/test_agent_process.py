@@ -136,6 +136,22 @@ async def test_stop_is_graceful_for_a_cooperative_job(agent: AgentProcess) -> No
     assert info.exit_code == 128 + 15
 
 
+async def test_a_stop_carries_the_controllers_reason(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("idle", "echo ready", "sleep 60"))
+    await wait_for_log(client, "idle", b"ready")
+    with pytest.raises(AgentError, match="reason: must be one of"):
+        await client.stop("idle", reason="because")
+    assert (await client.get_job("idle")).status.value == "running"  # a refused stop is none
+    await client.stop("idle", timeout=5, reason="terminated_due_to_utilization_policy")
+    info = await client.wait("idle", timeout=10)
+    assert (info.status.value, info.termination_reason.value) == (
+        "terminated",
+        "terminated_due_to_utilization_policy",
+    )
+    assert info.termination_message == "GPU utilization stayed under utilization_policy"
+
+
 async def test_abort_kills_at_once(agent: AgentProcess) -> None:
     client = agent.client()
     await client.submit(spec("doomed", "trap '' TERM", "echo ready", "sleep 60"))

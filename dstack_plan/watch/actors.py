@@ -1,0 +1,31 @@
+"""The rules a leading watch carries out each tick, in the order it does them.
+
+The order matters: hosts found lost fail their jobs first, so that the gang rule, the limits
+and the retry policy see those failures in the same tick; queued and scheduled runs are placed
+after everything that frees room; idle machines are released last, once nothing was placed on
+them.
+"""
+
+from __future__ import annotations
+
+from dstack_plan.watch.enforce import LimitEnforcer
+from dstack_plan.watch.gangs import GangStops
+from dstack_plan.watch.idle import IdleFleets
+from dstack_plan.watch.pending import PendingRuns
+from dstack_plan.watch.reachability import Reachability
+from dstack_plan.watch.retries import RetryPolicy
+from dstack_plan.watch.rollout import Rollout
+from dstack_plan.watch.tick import Actor
+
+
+def default_actors() -> list[Actor]:
+    """A fresh set of the loop's actors (each may keep memory between ticks)."""
+    return [
+        Reachability(),
+        GangStops(),
+        LimitEnforcer(),
+        RetryPolicy(),
+        Rollout(),
+        PendingRuns(),
+        IdleFleets(),
+    ]

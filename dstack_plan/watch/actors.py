@@ -2,15 +2,14 @@
 
 The order matters: hosts found lost fail their jobs first, so that the gang rule, the limits
 and the retry policy see those failures in the same tick; queued and scheduled runs are placed
-after everything that frees room; idle machines are released last, once nothing was placed on
-them.
+after everything that frees room. (Releasing idle cloud instances above `nodes.min` comes with
+cloud fleets: SSH hosts are never released.)
 """
 
 from __future__ import annotations
 
 from dstack_plan.watch.enforce import LimitEnforcer
 from dstack_plan.watch.gangs import GangStops
-from dstack_plan.watch.idle import IdleFleets
 from dstack_plan.watch.pending import PendingRuns
 from dstack_plan.watch.reachability import Reachability
 from dstack_plan.watch.retries import RetryPolicy
@@ -27,5 +26,4 @@ def default_actors() -> list[Actor]:
         RetryPolicy(),
         Rollout(),
         PendingRuns(),
-        IdleFleets(),
     ]

@@ -66,7 +66,8 @@ class FleetMachines:
         """The provider of the fleets no resource creates (`local`: this machine)."""
         self._make_ssh = ssh_provider
         self._ssh: dict[str, tuple[str, SSHProvider]] = {}
-        """fleet name -> (its recorded ssh_config as JSON, the provider built from it)."""
+        """fleet name -> (its recorded ssh_config and pins as JSON, the provider built from
+        them)."""
         self._retired: list[SSHProvider] = []
 
     async def machines(self, fleet: str, state: State) -> list[Machine]:
@@ -182,13 +183,16 @@ class FleetMachines:
         return self._provider(fleet, entry, ssh_config_of(entry))
 
     def _provider(self, fleet: str, entry: ResourceState, config: SSHConfig) -> SSHProvider:
-        key = json.dumps(entry.spec.get("ssh_config"), sort_keys=True)
+        # pinned keys too: after `dstack fleet trust` a long-lived watch must connect with the
+        # new pin, not keep refusing the host with the old one
+        pins = FleetRecord.of(entry).pins()
+        key = json.dumps([entry.spec.get("ssh_config"), pins], sort_keys=True)
         cached = self._ssh.get(fleet)
         if cached is not None and cached[0] == key:
             return cached[1]
         if cached is not None:
             self._retired.append(cached[1])  # its connections are closed with the others
-        provider = self._make_ssh(fleet, config, MemoryHostKeyStore(FleetRecord.of(entry).pins()))
+        provider = self._make_ssh(fleet, config, MemoryHostKeyStore(pins))
         self._ssh[fleet] = (key, provider)
         return provider
 

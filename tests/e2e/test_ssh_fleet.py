@@ -7,11 +7,14 @@ command line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.project import Project
 from tests.e2e.conftest import Dstack
 from tests.infra.ssh_hosts import SSHTestHosts
 
@@ -155,6 +158,42 @@ def test_a_changed_host_key_fails_that_host_until_trusted(
     finally:
         assert dstack("destroy", "-y").returncode == 0
     assert agents_running(remote) == set()
+
+
+def test_a_long_lived_process_uses_a_key_trusted_while_it_runs(
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,
+    cli_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # what `dstack watch` does: one Project, its SSH connections kept across ticks
+    for name in ("HOME", "DSTACK_PLAN_SSH_AGENT_DIR", "DSTACK_PLAN_AGENT_DIR"):
+        monkeypatch.setenv(name, cli_env[name])
+    project_dir = tmp_path / "project"
+    h1 = ssh_hosts["h1"].address
+    write_fleet(project_dir, ssh_hosts, "h1")
+    assert dstack("apply", "-y").returncode == 0
+
+    async def scenario() -> None:
+        project = Project(project_dir)
+        try:
+            state = project.backend.read().state
+            ssh_hosts.new_host_key("h1")  # the host was reinstalled while watch ran
+            with pytest.raises(DstackPlanError, match="REMOTE HOST IDENTIFICATION HAS CHANGED"):
+                await (await project.machines.agent("onprem", h1, state)).list_jobs()
+            trusted = await asyncio.to_thread(dstack, "fleet", "trust", "onprem", h1)
+            assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+            state = project.backend.read().state  # as the next tick reads it
+            assert await (await project.machines.agent("onprem", h1, state)).list_jobs() == []
+        finally:
+            await project.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        assert dstack("destroy", "-y").returncode == 0
 
 
 def test_a_fleet_behind_a_jump_host(

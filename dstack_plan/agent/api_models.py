@@ -179,6 +179,9 @@ class JobInfo(BaseModel):
     submitted_at: float
     started_at: float | None = None
     finished_at: float | None = None
+    last_activity_at: float | None = None
+    """When someone last used the job (its start, `dstack attach`, `dstack exec`); None from
+    agents that predate it."""
     gpus: list[int] = []
     container_id: str | None = None
     container_name: str | None = None
@@ -210,6 +213,9 @@ class LogChunk(BaseModel):
     """The asked-for offset was already rotated away; data starts at `offset` instead."""
     complete: bool = False
     """The job has ended and this chunk reaches the end of its log."""
+    times: list[tuple[int, float]] = []
+    """(offset, epoch seconds) pairs, offsets ascending: each byte was appended at about the
+    time of the last pair at or before it (within a second). Empty from an older agent."""
     data: bytes = b""
 
 

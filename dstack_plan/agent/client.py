@@ -227,16 +227,30 @@ class AgentClient:
         response = await self._request("POST", self._job_path(job_id) + "/stop", body=body)
         return JobInfo.model_validate(response.json())
 
+    async def touch(self, job_id: str) -> JobInfo:
+        """Record that someone uses the job now (its `last_activity_at`, from which watch
+        counts a dev environment's `inactivity_duration`)."""
+        response = await self._request("POST", self._job_path(job_id) + "/activity", body={})
+        return JobInfo.model_validate(response.json())
+
     async def delete(self, job_id: str, force: bool = False) -> None:
         """Forget a finished job (`force` aborts a running one first)."""
         params = {"force": "1"} if force else None
         await self._request("DELETE", self._job_path(job_id), params=params, timeout=30)
 
     async def logs(
-        self, job_id: str, offset: int = 0, limit: int | None = None, wait: int = 0
+        self,
+        job_id: str,
+        offset: int = 0,
+        limit: int | None = None,
+        wait: int = 0,
+        since: float | None = None,
     ) -> LogChunk:
-        """Log bytes from `offset`; with `wait`, wait up to that many seconds for new bytes."""
+        """Log bytes from `offset`; with `wait`, wait up to that many seconds for new bytes;
+        with `since` (epoch seconds), from no earlier than the first byte appended since."""
         params: dict[str, Any] = {"offset": offset}
+        if since is not None:
+            params["since"] = repr(float(since))
         if limit is not None:
             params["limit"] = limit
         if wait:
@@ -259,9 +273,14 @@ class AgentClient:
             offset = chunk.next_offset
 
     async def follow_logs(
-        self, job_id: str, offset: int = 0, idle_timeout: int = FOLLOW_IDLE_TIMEOUT
+        self,
+        job_id: str,
+        offset: int = 0,
+        idle_timeout: int = FOLLOW_IDLE_TIMEOUT,
+        since: float | None = None,
     ) -> AsyncIterator[LogChunk]:
-        """Stream log chunks as they come until the job ends and all its output is read.
+        """Stream log chunks as they come until the job ends and all its output is read;
+        with `since` (epoch seconds), starting at the first byte appended since then.
 
         A dropped connection is resumed from the last offset received, so no byte is lost or
         repeated; only more than `retries` consecutive failures raise AgentError.
@@ -271,6 +290,8 @@ class AgentClient:
         path = self._job_path(job_id) + "/logs"
         while True:
             params = {"offset": position, "follow": "1", "idle_timeout": idle_timeout}
+            if since is not None:
+                params["since"] = repr(float(since))
             try:
                 async with self._http.stream(
                     "GET", _target(path, params), read_timeout=idle_timeout + self.timeout
@@ -279,7 +300,8 @@ class AgentClient:
                         raise AgentError(self.host, _message(await r.aread()), r.status_code)
                     start = int(_header(r, HEADER_LOG_OFFSET, position))
                     first = int(_header(r, HEADER_LOG_FIRST_OFFSET, 0))
-                    truncated = start > position
+                    truncated = start > position and since is None  # skipped by asking
+                    since = None  # a reconnect resumes from the offset reached
                     position = start
                     async for data in r.aiter_raw():
                         if not data:

@@ -40,8 +40,12 @@ class DeferredAgentClient(AgentClient):
         return await agent._request(method, path, **kwargs)
 
     async def follow_logs(
-        self, job_id: str, offset: int = 0, idle_timeout: int = FOLLOW_IDLE_TIMEOUT
+        self,
+        job_id: str,
+        offset: int = 0,
+        idle_timeout: int = FOLLOW_IDLE_TIMEOUT,
+        since: float | None = None,
     ) -> AsyncIterator[LogChunk]:
         agent = await self._connected()
-        async for chunk in agent.follow_logs(job_id, offset, idle_timeout):
+        async for chunk in agent.follow_logs(job_id, offset, idle_timeout, since=since):
             yield chunk

@@ -39,6 +39,8 @@ class Job:
     submitted_at: float = field(default_factory=time.time)
     started_at: float | None = None
     finished_at: float | None = None
+    last_activity_at: float | None = None
+    """The last time someone used the job (its start, or a touch: `dstack attach`, `exec`)."""
     gpus: list[int] = field(default_factory=list)
     gpu_vendor: str | None = None
     container_id: str | None = None
@@ -72,6 +74,7 @@ class Job:
             "submitted_at": self.submitted_at,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "last_activity_at": self.last_activity_at,
             "gpus": list(self.gpus),
             "container_id": self.container_id,
             "container_name": self.container_name,
@@ -117,6 +120,7 @@ class Job:
             submitted_at=record["submitted_at"],
             started_at=record.get("started_at"),
             finished_at=record.get("finished_at"),
+            last_activity_at=record.get("last_activity_at"),
             gpus=list(record.get("gpus") or []),
             gpu_vendor=record.get("gpu_vendor"),
             container_id=record.get("container_id"),

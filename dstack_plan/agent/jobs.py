@@ -152,6 +152,7 @@ class JobManager:
             if not job.finished:
                 job.status = TERMINATING if job.stop else RUNNING
                 job.started_at = job.started_at or time.time()
+                job.last_activity_at = job.last_activity_at or job.started_at
                 if job.spec.max_duration and job.id not in self._deadlines:
                     when = job.started_at + job.spec.max_duration
                     self._deadlines[job.id] = self._timers.call_at(
@@ -350,6 +351,16 @@ class JobManager:
         action = runtime.kill if abort else (lambda j: runtime.stop(j, timeout))
         threading.Thread(target=action, args=(job,), name=f"stop-{job.id}", daemon=True).start()
         return info
+
+    def touch(self, job_id: str) -> dict[str, Any]:
+        """Record that someone uses the job now (`last_activity_at`: what watch's
+        inactivity_duration counts from); a finished job is left as it is."""
+        job = self.get(job_id)
+        with self._lock:
+            if not job.finished:
+                job.last_activity_at = max(job.last_activity_at or 0.0, time.time())
+                self._persist(job)
+            return job.info()
 
     def delete(self, job_id: str, force: bool = False) -> None:
         """Forget a finished job: its record, logs and container. `force` aborts it first."""

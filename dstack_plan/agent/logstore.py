@@ -4,6 +4,12 @@ Offsets count every byte ever appended, so a reader that reconnects with the off
 loses and duplicates nothing, even across rotation and agent restarts. Rotation is never silent:
 `first_offset` says where retained data starts and a marker line goes into the log itself.
 
+Every append is also timed, coarsely (`agent/logtimes.py`: an index beside each segment, an
+entry at most once a second of appends, rotated with its segment and counted towards
+`max_bytes`): `offset_at(t)` starts a reader at the first byte that may have been appended at
+or after `t` (nothing later is left out; at most a second of older output comes with it), and
+`read_timed` dates what it returns.
+
 Appends may carry a cursor (the docker runtime's position in the container's own log). The
 cursor index lets a restarted agent drop bytes written after the last indexed cursor and fetch
 them again from that cursor, so a crash between the two writes cannot duplicate output.
@@ -13,7 +19,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+from dstack_plan.agent.logtimes import DEFAULT_GRANULARITY, TimeIndex
 
 _SEGMENT_SUFFIX = ".log"
 _CURSOR_FILE = "cursor.idx"
@@ -23,9 +33,19 @@ _CURSOR_FILE_MAX = 256 * 1024
 class LogStore:
     """The log of one job, in `directory`, keeping at most about `max_bytes` of recent output."""
 
-    def __init__(self, directory: Path, max_bytes: int, segment_bytes: int | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        max_bytes: int,
+        segment_bytes: int | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        time_granularity: float = DEFAULT_GRANULARITY,
+    ):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._clock = clock
+        self._times = TimeIndex(self.directory, time_granularity)
         self.max_bytes = max(max_bytes, 1024)
         self.segment_bytes = segment_bytes or max(self.max_bytes // 4, 512)
         self._cond = threading.Condition()
@@ -62,6 +82,7 @@ class LogStore:
             except ValueError:
                 continue
             self._segments.append([start, path.stat().st_size])
+            self._times.load(start)
         cursor_path = self.directory / _CURSOR_FILE
         if cursor_path.exists():
             entry = _last_cursor_entry(cursor_path)
@@ -81,12 +102,14 @@ class LogStore:
         while self._segments and self._segments[-1][0] > offset and len(self._segments) > 1:
             start, _ = self._segments.pop()
             self._segment_path(start).unlink(missing_ok=True)
+            self._times.remove(start)
         if self._segments:
             start, size = self._segments[-1]
             keep = max(0, offset - start)
             if keep < size:
                 os.truncate(self._segment_path(start), keep)
                 self._segments[-1][1] = keep
+            self._times.drop_from(self.end, start)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -96,11 +119,15 @@ class LogStore:
             if self.closed:
                 return
             view = memoryview(data)
+            now = self._clock()
             while view:
                 # Big chunks are split across segments, so rotation keeps their recent end.
                 if self._segments and self._segments[-1][1] >= self.segment_bytes:
                     self._new_segment()
                 room = self.segment_bytes - (self._segments[-1][1] if self._segments else 0)
+                if not self._segments:
+                    self._segments.append([0, 0])
+                self._times.note(self._segments[-1][0], self.end, now)
                 self._write(bytes(view[:room]))
                 view = view[room:]
             self._discard_old()
@@ -140,16 +167,20 @@ class LogStore:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._times.end_segment()
         self._segments.append([self.end, 0])
 
     def _discard_old(self) -> None:
         """Drop the oldest segments while over the cap, and say so in the log itself."""
         discarded = False
-        while len(self._segments) > 1 and sum(s for _, s in self._segments) > self.max_bytes:
+        while len(self._segments) > 1 and self._stored_bytes() > self.max_bytes:
             start, _ = self._segments.pop(0)
             self._segment_path(start).unlink(missing_ok=True)
+            self._times.remove(start)
             discarded = True
         if discarded:
+            # The marker gets the time of the append that caused it (the last entry's).
+            self._times.drop_before(self.first_offset)
             lead = b"" if self._last_byte == b"\n" else b"\n"
             marker = (
                 f"[dstack-plan agent] log limit of {self.max_bytes} bytes reached: "
@@ -157,10 +188,14 @@ class LogStore:
             ).encode()
             self._write(lead + marker)
 
+    def _stored_bytes(self) -> int:
+        return sum(s for _, s in self._segments) + self._times.stored_bytes
+
     def close(self) -> None:
         """No more output will come: wake followers so they can finish."""
         with self._cond:
             self.closed = True
+            self._times.close()
             for fd in (self._fd, self._cursor_fd):
                 if fd is not None:
                     os.close(fd)
@@ -195,6 +230,26 @@ class LogStore:
                 remaining -= len(chunk)
                 position += len(chunk)
             return max(offset, self.first_offset), b"".join(chunks)
+
+    def offset_at(self, since: float) -> int:
+        """Where to start reading to get every byte appended at or after `since` (epoch
+        seconds): bytes before it were all appended earlier, and at most `time_granularity`
+        seconds of older output follow it. Bytes of unknown time count as recent."""
+        with self._cond:
+            return self._times.offset_at(since, self.first_offset, self.end)
+
+    def times(self, start: int, end: int) -> list[tuple[int, float]]:
+        """(offset, epoch) pairs over [start, end), the first at `start` when a known time
+        covers it: each byte was appended at the time of the last pair at or before it (or
+        up to `time_granularity` later)."""
+        with self._cond:
+            return self._times.pairs(start, end)
+
+    def read_timed(self, offset: int, limit: int) -> tuple[int, bytes, list[tuple[int, float]]]:
+        """`read`, with the `times` of what it returns."""
+        with self._cond:
+            start, data = self.read(offset, limit)
+            return start, data, self._times.pairs(start, start + len(data))
 
     def wait(self, offset: int, timeout: float) -> bool:
         """Block until there is data past `offset` or the log is closed; False on timeout."""

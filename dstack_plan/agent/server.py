@@ -6,6 +6,7 @@ import base64
 import hmac
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ _ROUTES: list[Route] = [
     ("DELETE", re.compile(r"/jobs/(?P<job_id>[^/]+)"), "delete_job"),
     ("GET", re.compile(r"/jobs/(?P<job_id>[^/]+)/logs"), "logs"),
     ("POST", re.compile(r"/jobs/(?P<job_id>[^/]+)/stop"), "stop_job"),
+    ("POST", re.compile(r"/jobs/(?P<job_id>[^/]+)/activity"), "touch_job"),
     ("GET", re.compile(r"/blobs/(?P<sha256>[^/]+)"), "has_blob"),
     ("PUT", re.compile(r"/blobs/(?P<sha256>[^/]+)"), "put_blob"),
 ]
@@ -298,6 +300,10 @@ class Handler(BaseHTTPRequestHandler):
             )
         self._send_json(202, self.app.jobs.stop(job_id, timeout, abort, reason))
 
+    def api_touch_job(self, query: dict[str, list[str]], job_id: str) -> None:
+        """Someone uses the job now (`dstack attach`, `exec`): its `last_activity_at`."""
+        self._send_json(200, self.app.jobs.touch(job_id))
+
     def api_has_blob(self, query: dict[str, list[str]], sha256: str) -> None:
         path = self.app.blobs.path(sha256)
         if not path.is_file():
@@ -324,6 +330,15 @@ class Handler(BaseHTTPRequestHandler):
     def api_logs(self, query: dict[str, list[str]], job_id: str) -> None:
         job = self.app.jobs.get(job_id)
         offset = _query_int(query, "offset", 0, 0, 2**62)
+        since = _last(query, "since")
+        if since is not None:  # epoch seconds: start at the first byte appended since then
+            try:
+                moment = float(since)
+            except ValueError:
+                moment = math.nan
+            if not math.isfinite(moment):
+                raise ApiError(400, f"since: must be epoch seconds, got {since!r}", "since")
+            offset = max(offset, job.logs.offset_at(moment))
         if _query_flag(query, "follow"):
             idle = _query_int(query, "idle_timeout", 30, 1, 300)
             self._follow_logs(job, offset, idle)
@@ -333,7 +348,7 @@ class Handler(BaseHTTPRequestHandler):
         if wait:
             job.logs.wait(offset, wait)
         finished = job.finished  # sampled before reading, so `complete` cannot skip a tail
-        start, data = job.logs.read(offset, limit)
+        start, data, times = job.logs.read_timed(offset, limit)
         next_offset = start + len(data)
         self._send_json(
             200,
@@ -345,6 +360,7 @@ class Handler(BaseHTTPRequestHandler):
                 "size": job.logs.end,
                 "truncated": offset < start,
                 "complete": finished and next_offset >= job.logs.end,
+                "times": times,  # [[offset, epoch], ...]: when the bytes were appended
                 "data": base64.b64encode(data).decode(),
             },
         )

@@ -112,7 +112,11 @@ def _global(
         None, "--log-level", help="Log to stderr from this level: debug, info, warning, error."
     ),
     log_format: str = typer.Option(
-        None, "--log-format", help="Log lines as text (default) or json (one object a line)."
+        None,
+        "--log-format",
+        help="Log lines as text (default) or json (one object a line: ts, level, event, "
+        "address, job_id, host, resource_type, span_id, message, logger; level info unless "
+        "--log-level says otherwise).",
     ),
 ) -> None:
     if debug:
@@ -120,7 +124,9 @@ def _global(
     if no_color:
         os.environ["NO_COLOR"] = "1"
     if log_level or log_format:
-        _configure_logging(log_level or "warning", log_format or "text")
+        # JSON lines are for collectors, which want what happened (info), not only problems.
+        default = "info" if log_format == "json" else "warning"
+        _configure_logging(log_level or default, log_format or "text")
 
 
 def _configure_logging(level: str, log_format: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,12 +45,15 @@ def watch(
     nothing, and a watch started again carries on. Ctrl-C exits 0. Metrics (Prometheus
     text: runs and jobs by status, GPU utilisation and memory per host, queue depth, tick
     duration...) are served on 127.0.0.1 with --metrics-port, or written with --metrics-file;
-    examples/monitoring/ has a Grafana dashboard of them.
+    examples/monitoring/ has a Grafana dashboard of them. With --log-format json (a global
+    option, before `watch`), every status change, retry and stop is also a JSON line on
+    stderr (ts, level, event, address, job_id, host, resource_type, span_id, ...).
     """
     from dstack_plan.config.units import parse_duration
     from dstack_plan.errors import DstackPlanError
     from dstack_plan.state.events import EventLog
     from dstack_plan.state.lease import LeaderLease, new_holder_id
+    from dstack_plan.watch.events import LoggedEventLog
     from dstack_plan.watch.loop import Watcher
     from dstack_plan.watch.metrics import WatchMetrics
 
@@ -90,7 +94,11 @@ def watch(
             lease = LeaderLease(
                 project.backend, new_holder_id(), ttl=LEASE_TTL, clock=project.clock
             )
-            events = EventLog(project.backend, secret_guard=project.guard)
+            # Every event watch records is also a log line (`--log-format json` for
+            # collectors) once logging is asked for; unasked, the lines printed above say it.
+            logged = bool(logging.getLogger().handlers)
+            log_class = LoggedEventLog if logged else EventLog
+            events = log_class(project.backend, secret_guard=project.guard)
             watcher = Watcher(project, lease=lease, events=events, reporters=[report, export])
             await watcher.run(seconds, once=once)
         finally:

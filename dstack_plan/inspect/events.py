@@ -50,7 +50,7 @@ def table_lines(rows: list[tuple[str, ...]], widths: tuple[int, ...] | None = No
 
 def event_json(event: Event) -> str:
     """One line of `--json` output: {time, address, kind, span_id, old_status, new_status,
-    job_id, reason}."""
+    job_id, reason, host}."""
     return event.model_dump_json()
 
 

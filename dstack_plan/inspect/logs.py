@@ -1,9 +1,10 @@
 """Reading a run's job logs: choosing the job, `--since`, raw bytes to a binary stream.
 
-The agent stores each job's output as raw bytes without timestamps, so `--since T` cannot cut
-a log in the middle. What it means here: a job that finished before T is skipped (all of its
-output is older than T); otherwise its whole retained log is printed, which may include lines
-written before T. Nothing written after T is ever left out.
+The agent dates what it stores (a coarse time index: see `agent/logstore.py`), so `--since T`
+starts each log at the first output written at or after T; at most a second of older output
+may come with it, and nothing written after T is left out. (With an agent older than the
+index, a job that finished before T is skipped and any other's whole retained log is printed.)
+`--json` lines are built by `inspect/json_logs.py`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dstack_plan.state.model import ResourceState
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
+    from dstack_plan.agent.client import AgentClient
     from dstack_plan.project import Project
 
 
@@ -55,7 +57,7 @@ def select_job(run: ResourceState, replica: int = 0, job: int = 0) -> JobRecord:
 
 
 def finished_before(info: JobInfo, since: float | None) -> bool:
-    """True when all of the job's output predates `since` (see the module docstring)."""
+    """True when all of the job's output predates `since` (cheap: no log is read)."""
     return since is not None and info.finished_at is not None and info.finished_at < since
 
 
@@ -76,27 +78,39 @@ async def write_logs(
     run = find_run(project.backend.read().state, ref)
     record = select_job(run, replica, job)
     job_id = record.id
-    agent = await job_agent(project, run, record)
-    try:
-        info = await agent.get_job(job_id)
-    except AgentError as e:
-        if e.status == 404:
-            raise DstackPlanError(
-                f"{run.address}: job {job_id} is no longer on its agent; its logs are gone"
-            ) from None
-        raise
+    agent, info = await open_job(project, run, record)
     if finished_before(info, since):
         return None
     if follow:
-        async for chunk in agent.follow_logs(job_id):
+        async for chunk in agent.follow_logs(job_id, since=since):
             out.write(chunk.data)
             out.flush()
         return await agent.get_job(job_id)
     offset = 0
+    first = True
     while True:
-        chunk = await agent.logs(job_id, offset)
+        chunk = await agent.logs(job_id, offset, since=since if first else None)
+        first = False
         out.write(chunk.data)
         if chunk.next_offset <= offset or chunk.next_offset >= (chunk.size or 0):
             out.flush()
             return info
         offset = chunk.next_offset
+
+
+async def open_job(
+    project: Project, run: ResourceState, record: JobRecord
+) -> tuple[AgentClient, JobInfo]:
+    """The agent of job `record` of `run`, and the job as it reports it now.
+
+    Raises DstackPlanError when the agent no longer has the job (its logs went with it).
+    """
+    agent = await job_agent(project, run, record)
+    try:
+        return agent, await agent.get_job(record.id)
+    except AgentError as e:
+        if e.status == 404:
+            raise DstackPlanError(
+                f"{run.address}: job {record.id} is no longer on its agent; its logs are gone"
+            ) from None
+        raise

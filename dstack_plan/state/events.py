@@ -31,7 +31,17 @@ MAX_REASON_LENGTH = 500
 """Longer reasons (a job's termination message, say) are cut: each event stays one short line."""
 REDACTED = "(sensitive)"
 
-EventKind = Literal["run", "job", "host", "fleet"]
+EventKind = Literal["run", "job", "host", "fleet", "gpu"]
+
+FAILED_STATUSES = frozenset({"failed"})
+WARNING_STATUSES = frozenset({"terminating", "terminated", "aborted", "unreachable"})
+LIMIT_REASONS = (
+    "max_duration_exceeded",
+    "inactivity_duration_exceeded",
+    "terminated_due_to_utilization_policy",
+    "retry_limit_exceeded",
+    "instance_unreachable",
+)
 
 
 def span_id(address: str, generation: int | float | str | datetime) -> str:
@@ -61,6 +71,26 @@ class Event(BaseModel):
     new_status: str
     job_id: str | None = None
     reason: str | None = None
+    host: str | None = None
+    """The machine a job event's job ran on, or a host event's host, when known."""
+
+
+def event_level(event: Event) -> str:
+    """How serious `event` is, as a log level: `error` for a move to failed, `warning` for a
+    move to terminated (or terminating, aborted, unreachable) or a limit crossed, else
+    `info`."""
+    if event.new_status in FAILED_STATUSES:
+        return "error"
+    reason = (event.reason or "").lower()
+    if event.new_status in WARNING_STATUSES or any(r in reason for r in LIMIT_REASONS):
+        return "warning"
+    return "info"
+
+
+def event_message(event: Event) -> str:
+    """`old -> new: reason` (`- -> new` for an object seen for the first time)."""
+    text = f"{event.old_status or '-'} -> {event.new_status}"
+    return f"{text}: {event.reason}" if event.reason else text
 
 
 class EventLog:

@@ -1,11 +1,25 @@
-"""The events one tick's observations make: a run or a job whose status changed (pure)."""
+"""The events one tick's observations make (pure), and their structured log lines.
+
+`status_events` finds a run or a job whose status changed. `log_events` writes each event as a
+log record carrying the logging convention's fields (event `status_changed`, the address, job,
+host, resource type and span id), at the level `event_level` gives, so `dstack watch
+--log-format json` shows what watch saw and did; `LoggedEventLog` does it for every event
+watch records.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
+
 from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.kinds import RUN_KINDS
-from dstack_plan.state.events import Event, span_id
+from dstack_plan.state.events import Event, EventLog, event_level, event_message, span_id
 from dstack_plan.state.model import State
+
+log = logging.getLogger(__name__)
+
+STATUS_CHANGED = "status_changed"
 
 
 def status_events(before: State, after: State, now: float) -> list[Event]:
@@ -31,6 +45,7 @@ def status_events(before: State, after: State, now: float) -> list[Event]:
                         old_status=was,
                         new_status=job.status,
                         job_id=job.id,
+                        host=job.host,
                     )
                 )
         if old.status != run.status:
@@ -45,3 +60,34 @@ def status_events(before: State, after: State, now: float) -> list[Event]:
                 )
             )
     return events
+
+
+def log_events(events: Iterable[Event]) -> None:
+    """One log record per event, with the convention's `extra=` fields."""
+    for event in events:
+        level = getattr(logging, event_level(event).upper())
+        log.log(
+            level,
+            "%s%s: %s",
+            event.address,
+            f" {event.job_id}" if event.job_id else "",
+            event_message(event),
+            extra={
+                "event": STATUS_CHANGED,
+                "address": event.address,
+                "job_id": event.job_id,
+                "host": event.host,
+                "resource_type": event.kind,
+                "span_id": event.span_id,
+            },
+        )
+
+
+class LoggedEventLog(EventLog):
+    """An event log that also logs every event appended to it (see `log_events`)."""
+
+    def append(self, events: Iterable[Event]) -> None:
+        """Log the events (cut and cleared of secrets as the log stores them), then add them."""
+        batch = [self._clean(e) for e in events]
+        log_events(batch)
+        super().append(batch)

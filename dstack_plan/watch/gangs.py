@@ -6,9 +6,11 @@ import logging
 
 from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
 from dstack_plan.apply.gang import gang_leftovers
+from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.state.events import span_id
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)
@@ -30,12 +32,32 @@ class GangStops:
             spec = spec_from_normalized(run.kind, run.spec)
             assert isinstance(spec, RunSpec)
             leftovers, why = gang_leftovers(spec, job_records(run))
+            span = span_id(run.address, RunRecord.of(run).generation or run.created_at)
             for job in leftovers:
-                log.info("%s: %s: stopping %s", run.address, why, job.id)
+                extra = {
+                    "address": run.address,
+                    "job_id": job.id,
+                    "host": job.host,
+                    "resource_type": "job",
+                    "span_id": span,
+                }
+                log.info(
+                    "%s: %s: stopping %s",
+                    run.address,
+                    why,
+                    job.id,
+                    extra={"event": "gang_stop", **extra},
+                )
                 try:
                     agent = await job_agent(tick.project, run, job, tick.state)
                     timeout = stop_timeout(run)
                     await agent.stop(job.id, timeout=timeout, reason=TERMINATED_BY_SERVER)
                 except DstackPlanError as e:
-                    log.warning("%s: could not stop %s: %s", run.address, job.id, e)
+                    log.warning(
+                        "%s: could not stop %s: %s",
+                        run.address,
+                        job.id,
+                        e,
+                        extra={"event": "stop_failed", **extra},
+                    )
         return Acted()

@@ -91,7 +91,7 @@ class Watcher:
                 try:
                     await self.tick()
                 except DstackPlanError as e:
-                    log.error("tick failed: %s", e)
+                    log.error("tick failed: %s", e, extra={"event": "tick_failed"})
                     if once:
                         raise
                 if once:
@@ -121,7 +121,7 @@ class Watcher:
                 try:
                     result = await actor.act(tick)
                 except DstackPlanError as e:
-                    log.error("%s: %s", actor.name, e)
+                    log.error("%s: %s", actor.name, e, extra={"event": "actor_failed"})
                     continue
                 if result.changed:
                     after = after.model_copy(
@@ -177,7 +177,16 @@ class Watcher:
             try:
                 machines += await self.project.machines.machines(fleet, state)
             except DstackPlanError as e:
-                log.warning("fleet %s: %s", fleet, e)
+                log.warning(
+                    "fleet %s: %s",
+                    fleet,
+                    e,
+                    extra={
+                        "event": "fleet_machines_failed",
+                        "address": f"fleet.{fleet}",
+                        "resource_type": "fleet",
+                    },
+                )
         limit = asyncio.Semaphore(MAX_CONCURRENT_HOSTS)
 
         async def one(fleet: str, host: str) -> HostSeen:

@@ -64,6 +64,7 @@ def test_events_table_and_json_lines(dstack: Dstack, tmp_path: Path) -> None:
         "new_status": "failed",
         "job_id": "train-0-0-0",
         "reason": "exit code 3",
+        "host": None,
     }
     assert [Event.model_validate(line) for line in lines] == [fleet, failed]
 

@@ -29,11 +29,14 @@ async def attach_runs(
 
     Tasks are followed until all their jobs end; True only if every job ended `done` with
     exit code 0. Services and dev environments never end: Ctrl-C detaches (the jobs keep
-    running, the forwards close) and counts as success unless a job already failed.
+    running, the forwards close) and counts as success unless a job already failed. While
+    attached, dev environments are touched every 30 s (`inspect.activity`), so watch does
+    not stop them for `inactivity_duration`.
     `explain` also says so when a run has no port to forward.
     """
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.cli.output import print_lines, styled
+    from dstack_plan.inspect.activity import keep_touching
     from dstack_plan.inspect.ports import forward_ports
     from dstack_plan.inspect.stream import attached_runs, stream_runs
 
@@ -51,11 +54,17 @@ async def attach_runs(
             note = f"{what} {names}; Ctrl-C detaches, the jobs keep running."
             print_lines([(styled(note, "dim"),)], True)
             sys.stdout.flush()  # rich wrote text through sys.stdout; logs go to its buffer
-            if logs:
-                result = await stream_runs(project, runs, sys.stdout.buffer, stop)
-            else:
-                with open(os.devnull, "wb") as nowhere:  # still followed: to know they ended
-                    result = await stream_runs(project, runs, nowhere, stop)
+            # being attached is activity of a dev environment (its inactivity_duration)
+            touching = asyncio.create_task(keep_touching(project, runs))
+            try:
+                if logs:
+                    result = await stream_runs(project, runs, sys.stdout.buffer, stop)
+                else:
+                    with open(os.devnull, "wb") as nowhere:  # followed: to know they ended
+                        result = await stream_runs(project, runs, nowhere, stop)
+            finally:
+                touching.cancel()
+                await asyncio.gather(touching, return_exceptions=True)
     for job_id in result.failed:
         info = result.finished[job_id]
         code = f" (exit code {info.exit_code})" if info.exit_code is not None else ""

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from dstack_plan.cli import common
+
+if TYPE_CHECKING:
+    from dstack_plan.state.model import State
 
 
 def exec_(
@@ -27,7 +31,8 @@ def exec_(
     """Run COMMAND (after `--`) on every host of the SSH fleets, concurrently.
 
     Each output line is printed prefixed with its host's name, then a summary; the exit
-    code is 1 when any host failed (unreachable, or the command exited non-zero). The
+    code is 1 when any host failed (unreachable, or the command exited non-zero). A host it
+    ran on counts as activity of the dev environments there (their inactivity_duration). The
     arguments reach the host exactly as given (quoted, never re-split by a shell).
     Host keys are checked against ~/.ssh/known_hosts and the keys state pinned when the
     fleet was applied; a host neither knows is trusted on first use for this run only.
@@ -50,7 +55,8 @@ def exec_(
     names = [n.strip() for n in hosts.split(",") if n.strip()] if hosts else []
     selected = select_hosts(load_project(directory, files, stdin), fleet, names)
     width = max(len(h.name) for h in selected)
-    pins = pinned_keys(LocalBackend(state_path(directory, state)).read().state)
+    stored = LocalBackend(state_path(directory, state)).read().state
+    pins = pinned_keys(stored)
     policy = HostKeyPolicy(MemoryHostKeyStore(pins))
 
     def show(host: str, stream: str, line: str) -> None:
@@ -83,5 +89,24 @@ def exec_(
             if failed.exit_code is None:  # a non-zero exit speaks for itself in its output
                 sys.stderr.write(f"{failed.host:<{width}} | error: {failed.error}\n")
         sys.stdout.write(report.summary() + "\n")
+    # a command run on a host is activity of the dev environments there (inactivity_duration)
+    _record_activity(
+        directory,
+        state,
+        stored,
+        {(h.fleet, h.host) for h in report.hosts if h.exit_code is not None},
+    )
     if report.failed:
         raise typer.Exit(1)
+
+
+def _record_activity(
+    directory: Path, state_opt: str, stored: State, hosts: set[tuple[str, str]]
+) -> None:
+    """Touch the active dev-environment jobs on `hosts` (nothing to connect to when none)."""
+    from dstack_plan.inspect.activity import dev_jobs, touch_jobs
+
+    jobs = dev_jobs(stored, hosts)
+    if jobs:
+        project = common.make_project(directory, [], state_opt)
+        common.run_with(project, lambda p: touch_jobs(p, jobs, stored))

@@ -1,13 +1,15 @@
 """Which of a running job's limits it has crossed (pure: time and samples come in).
 
 - `max_duration` (only the running state counts, from the job's `started_at`): the agent stops
-  the job itself, so watch only reports it;
+  the job itself (`max_duration_exceeded`), even while no watch runs; watch only reports it;
 - `inactivity_duration` (dev environments): no connection for that long, from the last activity
   the caller saw (or the start, when it saw none): watch stops the job;
-- `utilization_policy`: a GPU of the job stayed under `min_gpu_utilization` percent for the
-  whole `time_window`, from the samples the caller keeps (`GpuSample`): watch stops the job.
-  As in dstack, one such GPU is enough (an idle GPU is a wasted GPU), and "the whole window"
-  means samples that cover it: a job that started less than a window ago is never stopped.
+- `utilization_policy`: EVERY GPU of the job stayed under `min_gpu_utilization` percent for
+  the whole `time_window`, from the samples the caller keeps (`GpuSample`): watch stops the
+  job. dstack stops a job when any one GPU is idle; here (issue 14) a job that still uses some
+  GPU is never stopped, and a job with no GPUs never is. "The whole window" means samples that
+  cover it, and time since the job started: a job that started less than a window ago is
+  never stopped.
 
 Watch stops a job for a limit with the run's `stop_duration` as the graceful window
 (`apply.runs.stop_seconds`).
@@ -96,21 +98,25 @@ def limit_breaches(
                 )
             )
     policy = spec.utilization_policy
-    if policy is not None:
-        for gpu in sorted(set(job.gpus)):
-            since = low_since(gpu_samples, gpu, policy.min_gpu_utilization)
-            if since is not None and now - since >= policy.time_window:
+    gpus = sorted(set(job.gpus))
+    if policy is not None and gpus:
+        low = [low_since(gpu_samples, gpu, policy.min_gpu_utilization) for gpu in gpus]
+        if all(since is not None for since in low):
+            # the window counts from when the LAST of them went low, and not before the start
+            since = max([started, *(s for s in low if s is not None)])
+            if now - since >= policy.time_window:
+                listed = ", ".join(map(str, gpus))
+                what = f"GPU {listed}" if len(gpus) == 1 else f"all {len(gpus)} GPUs ({listed})"
                 breaches.append(
                     Breach(
                         limit="utilization_policy",
                         reason=UTILIZATION_POLICY,
                         since=since + policy.time_window,
-                        message=f"GPU {gpu} utilization below {policy.min_gpu_utilization}% "
+                        message=f"{what} utilization below {policy.min_gpu_utilization}% "
                         f"for {now - since:g}s (time_window {policy.time_window}s)",
                         enforced_by="watch",
                     )
                 )
-                break  # one idle GPU stops the job: one breach says it
     return breaches
 
 

@@ -64,7 +64,7 @@ _WANTED_COMMENTS = tuple(f"# {kind} {name}" for kind in ("HELP", "TYPE") for nam
 
 
 @dataclass
-class _HostReading:
+class HostReading:
     """What one agent's exposition says, reduced to what watch exports."""
 
     gpu_utilization: dict[str, float] = field(default_factory=dict)
@@ -73,12 +73,12 @@ class _HostReading:
     """direction -> cumulative bytes."""
 
 
-def _read_host(host: HostSeen) -> _HostReading | None:
+def read_host(host: HostSeen) -> HostReading | None:
     """The agent's metrics text parsed; None when it is missing or malformed (logged: one bad
     agent must not take the metrics of every other host with it)."""
     if not host.reachable or host.metrics_text is None:
         return None
-    reading = _HostReading()
+    reading = HostReading()
     # Only the families watch uses are parsed: the rest (CPU, memory, ...) is most of the text,
     # and with 50 agents a tick would spend most of its metrics time on it.
     wanted = "\n".join(
@@ -261,7 +261,7 @@ class WatchMetrics:
         memory_used: dict[tuple[str, str], float] = {}
         network: dict[tuple[str, str], float] = {}
         for host in report.hosts:
-            reading = _read_host(host)
+            reading = read_host(host)
             if reading is None:
                 continue
             for gpu, value in reading.gpu_utilization.items():
@@ -286,7 +286,7 @@ class WatchMetrics:
             network=network,
         )
 
-    def _rates(self, host: str, now: float, reading: _HostReading) -> dict[str, float]:
+    def _rates(self, host: str, now: float, reading: HostReading) -> dict[str, float]:
         """Bytes per second since this host's previous reading; none on its first reading, and
         none for a counter that went down (the host rebooted: the next tick has a rate again)."""
         previous = self._network_counters.get(host)

@@ -111,13 +111,27 @@ def test_a_busy_reading_restarts_the_window() -> None:
     assert limits(spec, info(gpus=(0,)), T + 450, gpu_samples=readings) != []
 
 
-def test_one_idle_gpu_of_the_job_is_enough() -> None:
+def test_one_busy_gpu_of_the_job_keeps_it() -> None:
+    # unlike dstack (any idle GPU): a job still using some GPU is never stopped (issue 14)
     readings = samples(0, [2.0] * 12) + samples(1, [95.0] * 12)
-    found = limit_breaches(
-        task(utilization_policy=POLICY), info(gpus=(0, 1)), T + 330, gpu_samples=readings
-    )
-    assert [b.limit for b in found] == ["utilization_policy"]
-    assert "GPU 0" in found[0].message
+    spec = task(utilization_policy=POLICY)
+    assert limit_breaches(spec, info(gpus=(0, 1)), T + 3600, gpu_samples=readings) == []
+
+
+def test_every_gpu_idle_stops_it_from_when_the_last_went_low() -> None:
+    readings = samples(0, [2.0] * 20) + samples(1, [95.0] * 4 + [1.0] * 16)  # GPU 1 at T+120
+    spec = task(utilization_policy=POLICY)
+    assert limit_breaches(spec, info(gpus=(0, 1)), T + 419, gpu_samples=readings) == []
+    found = limit_breaches(spec, info(gpus=(0, 1)), T + 420, gpu_samples=readings)
+    assert [(b.limit, b.since) for b in found] == [("utilization_policy", T + 420)]
+    assert "all 2 GPUs (0, 1)" in found[0].message
+
+
+def test_the_window_counts_from_the_start_of_the_job() -> None:
+    readings = samples(0, [0.0] * 40, start=T - 600)  # idle long before this job started
+    spec = task(utilization_policy=POLICY)
+    assert limit_breaches(spec, info(gpus=(0,)), T + 299, gpu_samples=readings) == []
+    assert limit_breaches(spec, info(gpus=(0,)), T + 300, gpu_samples=readings) != []
 
 
 @pytest.mark.parametrize(

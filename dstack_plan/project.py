@@ -185,6 +185,7 @@ class Project:
             host_keys=pins,
             agent_dir=os.environ.get(SSH_AGENT_DIR_ENV) or DEFAULT_AGENT_DIR,
             need_containers=fleet in self._container_fleets(),
+            clock=self.clock,
         )
         if not isinstance(provider, SSHProvider):  # fleets read what only it records
             raise ProviderError("ssh", f"{type(provider).__name__} is not SSHProvider")
@@ -375,7 +376,11 @@ class Project:
             result.update(placed.placements)
         if never:
             raise PlanError("\n".join(never))
-        return result
+        from dstack_plan.apply.queueing import plan_note  # queued and scheduled runs
+
+        specs = {r.address: r.spec for r in runs}
+        now = self.clock.now()
+        return {a: plan_note(specs[a], p, now) for a, p in result.items()}
 
     async def _place_on(self, fleet: str, runs: list[HostRun], state: State) -> FleetPlacements:
         deployment = str(self.deployment)

@@ -3,7 +3,9 @@
 Like `watch`, this does not take the operation lock: stopping must work while an apply is
 running, and the state update is a small compare-and-swap commit that re-reads the latest
 state, so it never overwrites what a concurrent apply wrote. Jobs stay on their agent, so
-their logs can still be read; the run stays in state, finished.
+their logs can still be read; the run stays in state, finished, with `termination_reason:
+stopped_by_user`. A run with nothing started (queued or scheduled, `pending`) becomes
+`terminated`: watch never starts it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dstack_plan.apply.queueing import QUEUED_KEY, STOPPED_BY_USER
 from dstack_plan.errors import AgentError
 from dstack_plan.inspect.runs import find_run, job_agent, job_records
 from dstack_plan.state.model import ResourceState, State, timestamp
@@ -81,6 +84,8 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
     )
     infos = {i: info for i, (info, _) in outcomes.items() if info is not None and i in ids}
     status = run_status(list(infos.values())) if ids else run.status
+    if status == "pending" and not ids:
+        status = "terminated"  # queued or scheduled, nothing started: watch never starts it
     statuses = {i: info.status.value for i, info in infos.items()}
 
     def record(state: State) -> State:
@@ -91,7 +96,13 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
             r._replace(status=statuses[r.id]) if r.id in statuses else r
             for r in job_records(current)
         ]
-        attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
+        attributes = {
+            **current.attributes,
+            "jobs": [j.to_json() for j in jobs],
+            # neither a retry nor a schedule starts it again (re-apply with --replace does)
+            "termination_reason": STOPPED_BY_USER,
+        }
+        attributes.pop(QUEUED_KEY, None)  # it waits for nothing any more
         now = timestamp(project.clock)
         return state.with_resource(current.updated(now=now, status=status, attributes=attributes))
 

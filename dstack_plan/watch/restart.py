@@ -1,21 +1,25 @@
-"""Starting a run's jobs again, as watch's retry policy decides: the whole run (a task, every
-node of a multi-node task) or only some replicas of a service.
+"""Starting a run's jobs again, as watch decides: the whole run (a task, every node of a
+multi-node task; a queued or scheduled run) or only some replicas of a service.
 
-Both go through the run handler apply uses, so a restarted job is placed, wired and recorded
-exactly as an applied one; the entry keeps its address, spec and dependencies, and gets the
-new jobs (a new generation for a whole restart). Callers commit the returned entry.
+Both go through the run handler apply uses (`RunHandler.start`: placed now, never queued or
+scheduled again), so a restarted job is placed, wired and recorded exactly as an applied one;
+the entry keeps its address, spec and dependencies, and gets the new jobs (a new generation
+for a whole restart). Callers commit the returned entry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
 from dstack_plan.apply.handlers import ApplyContext
+from dstack_plan.apply.queueing import QUEUED_KEY, Queued
 from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.runs import RunHandler
 from dstack_plan.plan.model import Action, Placement, ResourceChange
 from dstack_plan.state.model import ResourceState, timestamp
+from dstack_plan.watch.reachability import lost_jobs, without_lost_jobs
 
 if TYPE_CHECKING:
     from dstack_plan.project import Project
@@ -40,14 +44,46 @@ def _change(current: ResourceState, action: Action) -> ResourceChange:
 async def restart_run(
     project: Project, current: ResourceState, ctx: ApplyContext
 ) -> ResourceState:
-    """Stop and remove every job of the run, submit them all again; the updated entry."""
+    """Stop and remove every job of the run, submit them all again; the updated entry.
+
+    Placed now, whatever the run's schedule says; `NoCapacity` when no host has room (the old
+    jobs are gone by then: the caller queues the run, see `queued_entry`)."""
     handler = project.handlers()[current.kind]
-    await handler.delete(current, ctx)
-    outcome = await handler.create(_change(current, Action.CREATE), ctx)
+    # jobs given up on a host that stopped answering cannot be removed there now: watch
+    # stops them once it answers (watch/reachability.py); the retry must not wait for it
+    await handler.delete(without_lost_jobs(current), ctx)
+    # a run's own `create` would queue or schedule it again: watch starts it
+    start = handler.start if isinstance(handler, RunHandler) else handler.create
+    outcome = await start(_change(current, Action.CREATE), ctx)
     attributes = {**current.attributes, **outcome.attributes}
+    attributes.pop(QUEUED_KEY, None)
+    attributes.pop("termination_reason", None)
     return current.updated(
         now=timestamp(project.clock), status=outcome.status, attributes=attributes
     )
+
+
+def queued_entry(
+    project: Project, current: ResourceState, why: str, **attributes: Any
+) -> ResourceState:
+    """The run `current` waiting for capacity: `pending`, no jobs, `queued` (its `since`
+    kept when it was queued already, and `attempted_at` now), with `attributes` on top."""
+    now = project.clock.now()
+    before = Queued.of(current.attributes)
+    queued = (
+        Queued(since=now, why=why)
+        if before is None
+        else Queued(since=before.since, why=why, attempted_at=now)
+    )
+    record = RunRecord.of(current).with_jobs(())
+    merged = {
+        **current.attributes,
+        **record.to_json(),
+        QUEUED_KEY: queued.to_json(),
+        **attributes,
+    }
+    merged.pop("termination_reason", None)
+    return current.updated(now=timestamp(project.clock), status="pending", attributes=merged)
 
 
 async def restart_jobs(
@@ -60,8 +96,9 @@ async def restart_jobs(
 
     record = RunRecord.of(current)
     state = ctx.current_state()
+    lost = lost_jobs(current)  # their host does not answer: see restart_run
     for job in record.jobs:
-        if job.id in job_ids:
+        if job.id in job_ids and job.id not in lost:
             agent = await job_agent(project, current, job, state)
             await agent.stop(job.id, timeout=stop_timeout(current), reason=TERMINATED_BY_SERVER)
             await agent.delete(job.id, force=True)

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
+from dstack_plan.apply.queueing import STOPPED_BY_USER, NoCapacity
 from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.state.model import ResourceState, State, timestamp
-from dstack_plan.watch.restart import restart_jobs, restart_run
+from dstack_plan.watch.restart import queued_entry, restart_jobs, restart_run
 from dstack_plan.watch.retry import decide_retry
 from dstack_plan.watch.retry_model import JobOutcome, RetryDecision, RetryState
 from dstack_plan.watch.tick import Acted, Tick
@@ -55,8 +56,8 @@ async def retry_failed(
         record = RunRecord.of(run)
         if run.tainted or not any(j.status == "failed" for j in record.jobs):
             continue
-        if run.attributes.get("termination_reason") == "retry_limit_exceeded":
-            continue  # given up already
+        if run.attributes.get("termination_reason") in ("retry_limit_exceeded", STOPPED_BY_USER):
+            continue  # given up already, or the user stopped it
         spec = spec_from_normalized(run.kind, run.spec)
         assert isinstance(spec, RunSpec)
         try:
@@ -77,9 +78,14 @@ async def retry_failed(
 
 async def _outcomes(project: Project, run: ResourceState, state: State) -> list[JobOutcome]:
     from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.watch.reachability import lost_jobs
 
+    lost = lost_jobs(run)
     outcomes = []
     for job in RunRecord.of(run).jobs:
+        if job.id in lost:  # given up for its host (watch/reachability.py): no agent to ask
+            outcomes.append(JobOutcome.unreachable(job, lost[job.id]))
+            continue
         agent = await job_agent(project, run, job, state)
         try:
             info: JobInfo = await agent.get_job(job.id)
@@ -114,7 +120,18 @@ async def _carry_out(
             agent = await job_agent(project, run, job, state)
             await agent.stop(job.id, timeout=stop_timeout(run), reason=TERMINATED_BY_SERVER)
     if decision.whole_run:
-        return await restart_run(project, with_state, ctx)
+        try:
+            return await restart_run(project, with_state, ctx)
+        except NoCapacity as e:
+            # its jobs are gone: it waits for room like a run apply queued (`watch/pending.py`
+            # places it, or fails it when its retry does not cover no-capacity)
+            log.info(
+                "%s: no room to resubmit it, queued: %s",
+                run.address,
+                e.detail,
+                extra={"event": "run_queued", "address": run.address, "resource_type": "run"},
+            )
+            return queued_entry(project, with_state, e.detail)
     slots = set(decision.slots)
     ids = [j.id for j in RunRecord.of(run).jobs if (j.replica, j.node) in slots]
     return await restart_jobs(project, with_state, ids, ctx)

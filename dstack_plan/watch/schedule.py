@@ -40,8 +40,9 @@ def next_run_at(schedule: Schedule | RunSpec | None, after: float) -> float | No
 
 
 def cron_due(spec: RunSpec, last_run_at: float, now: float) -> bool:
-    """Whether `spec`'s schedule has fired since `last_run_at` (when its previous run finished;
-    when it was applied, if it never ran). False without a schedule."""
+    """Whether `spec`'s schedule has fired since `last_run_at` (when its previous run started,
+    so that fire times while it ran make one run after it; when it was applied, if it never
+    ran). False without a schedule."""
     due = next_run_at(spec, last_run_at)
     return due is not None and due <= now
 

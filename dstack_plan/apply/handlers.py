@@ -7,7 +7,7 @@ providers and agents; the engine decides order, parallelism and state commits.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -56,6 +56,11 @@ class ApplyContext:
     state: Callable[[], State] | None = None
     """The newest state: during apply, what the walk last committed (a run reads the entry
     of the fleet created before it); during a refresh, the state being refreshed."""
+
+    commit: Callable[[Callable[[State], State]], Awaitable[State]] | None = None
+    """Commit a mutation of the stored state now, mid-operation, and get the state written
+    (apply: so a long update, a rolling one, records each step); None where a handler must
+    not write (refresh, watch: the loop commits what its actors return)."""
 
     def current_state(self) -> State:
         """`state()`, or an empty state when none was given (a handler used on its own)."""

@@ -31,6 +31,9 @@ class JobRecord(NamedTuple):
     runtime: str | None = None
     ports: tuple[PublishedPort, ...] = ()
     """Where the job's ports listen on its host, once the agent said so."""
+    spec_hash: str | None = None
+    """What the job runs (`apply.rollout.job_spec_hash`); None: the entry's spec, as when it
+    was created (a rolling update stamps the old jobs before it changes the spec)."""
 
     @property
     def slot(self) -> tuple[int, int]:
@@ -62,6 +65,7 @@ class JobRecord(NamedTuple):
             "status": self.status,
             "runtime": self.runtime,
             "ports": [p.model_dump(mode="json") for p in self.ports],
+            **({"spec_hash": self.spec_hash} if self.spec_hash is not None else {}),
         }
 
     @classmethod
@@ -77,6 +81,7 @@ class JobRecord(NamedTuple):
             host=str(raw.get("host", "localhost")),
             runtime=None if runtime is None else str(runtime),
             ports=_ports(raw.get("ports")),
+            spec_hash=str(raw["spec_hash"]) if raw.get("spec_hash") is not None else None,
         )
 
 

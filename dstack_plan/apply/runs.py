@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.client import AgentClient
+from dstack_plan.agent.protocol import SCALED_DOWN
 from dstack_plan.apply.code_archive import CodeArchive, pack
 from dstack_plan.apply.deployment import Deployment
 from dstack_plan.apply.fleet_load import fleet_load
@@ -17,6 +18,19 @@ from dstack_plan.apply.job_submission import PlacedJob, RunSubmission, Submitted
 from dstack_plan.apply.jobs import slots
 from dstack_plan.apply.machines import FleetMachines, Machine
 from dstack_plan.apply.placing import HostRun, place_on_fleet
+from dstack_plan.apply.queueing import (
+    QUEUED_KEY,
+    SCHEDULE_KEY,
+    NoCapacity,
+    Queued,
+    Scheduled,
+    next_fire,
+    pending_attributes,
+    scheduled,
+    waiting_for,
+    waits_for_capacity,
+)
+from dstack_plan.apply.rollout import job_spec_hash, roll, rolls, stamped
 from dstack_plan.apply.run_health import crash, run_status
 from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.config.runs import RunSpec, ServiceSpec
@@ -68,12 +82,43 @@ class RunHandler(ResourceHandler):
         )
 
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
+        """Start the run; or record it `pending` without jobs: a scheduled task (watch starts
+        it when its cron fires), or a run no host has room for now whose `retry` covers
+        no-capacity (watch places it when room frees; see `apply/queueing.py`)."""
+        assert change.after is not None
+        spec = spec_from_normalized(change.kind, change.after)
+        assert isinstance(spec, RunSpec)
+        fleet = change.placement.fleet if change.placement else LOCAL_FLEET
+        now = ctx.clock.now()
+        if scheduled(spec):
+            record = Scheduled(next_run_at=next_fire(spec, now))
+            attributes = pending_attributes(fleet, {SCHEDULE_KEY: record.to_json()})
+            return Outcome(status="pending", attributes=attributes)
+        try:
+            return await self.start(change, ctx)
+        except NoCapacity as e:
+            if not waits_for_capacity(spec):
+                raise
+            queued = Queued(since=now, why=e.detail)
+            ctx.progress(change.address, f"queued until a host has room: {e.detail}")
+            return Outcome(
+                status="pending",
+                attributes=pending_attributes(fleet, {QUEUED_KEY: queued.to_json()}),
+            )
+
+    async def start(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
+        """Place the run's jobs and submit them (what `create` does for a run it starts, and
+        watch for a queued or scheduled one); `NoCapacity` when no host has room now."""
         assert change.after is not None
         spec = spec_from_normalized(change.kind, change.after)
         assert isinstance(spec, RunSpec)
         fleet = change.placement.fleet if change.placement else LOCAL_FLEET
         if change.placement is not None and change.placement.placed is False:
-            # the agent would start it anyway (process jobs have no limits): refuse instead
+            # the agent would start it anyway (process jobs have no limits): refuse instead.
+            # One that may wait is queued, not placed now: the runs the plan placed before
+            # it may not have been submitted yet
+            if change.placement.pending and waits_for_capacity(spec):
+                raise NoCapacity(fleet, waiting_for(change.placement), change.address)
             raise ProviderError(fleet, change.placement.note or "cannot be placed")
         state = ctx.current_state()
         machines = await self._placed(change, spec, fleet, state)
@@ -101,7 +146,11 @@ class RunHandler(ResourceHandler):
         assert isinstance(spec, RunSpec)
         if not isinstance(spec, ServiceSpec):
             return Outcome(status=current.status, attributes=dict(current.attributes))
-        # scale a service: add missing replicas, stop the surplus
+        # scale a service: add missing replicas, stop the surplus; then, when what the
+        # replicas run changed, replace them one at a time (`apply/rollout.py`)
+        rolling = rolls(change)
+        if rolling:
+            current = stamped(current)  # the jobs it has run the spec it had
         state = ctx.current_state()
         record = RunRecord.of(current)
         wanted = {(s.replica, s.node) for s in slots(spec)}
@@ -120,10 +169,15 @@ class RunHandler(ResourceHandler):
             run = RunSubmission(spec, change.name, self.deployment, generation, self.secrets, code)
             agents = await self._agents(record.fleet, {m.host for m in machines}, state)
             added = await submit_jobs(run, placed, agents, ctx)
-        await self._stop_and_remove(record.fleet, surplus, spec, state)
-        jobs = kept + [_job_record(j) for j in added]
-        infos = await self._infos(record.fleet, jobs, state)
+        await self._stop_and_remove(record.fleet, surplus, spec, state, reason=SCALED_DOWN)
+        runs = job_spec_hash(change.after) if rolling else None
+        jobs = kept + [_job_record(j)._replace(spec_hash=runs) for j in added]
         attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
+        if rolling:
+            entry = current.updated(now=current.updated_at, attributes=attributes)
+            status, attributes = await roll(self, entry, change, ctx)
+            return Outcome(status=status, attributes=attributes)
+        infos = await self._infos(record.fleet, jobs, state)
         return Outcome(status=run_status(list(infos.values())), attributes=attributes)
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
@@ -238,7 +292,7 @@ class RunHandler(ResourceHandler):
         machines as they are loaded now; raise ProviderError when they do not fit."""
         load = await fleet_load(self.machines, fleet, state, self.deployment)
         if not load.candidates:
-            raise ProviderError(
+            raise NoCapacity(
                 fleet, f"no host of the fleet can take jobs now ({load.why_none()})", address
             )
         run = HostRun(address, address.split(".", 1)[1], spec, starts=True, replicas=replicas)
@@ -246,7 +300,8 @@ class RunHandler(ResourceHandler):
         deployment = None if replicas is not None else self.deployment
         placement = place_on_fleet([run], load.candidates, load.busy, deployment).placements
         if not placement[address].placed:
-            raise ProviderError(fleet, placement[address].note or "cannot be placed", address)
+            error = NoCapacity if placement[address].pending else ProviderError
+            raise error(fleet, placement[address].note or "cannot be placed", address)
         return [load.machines[h] for h in placement[address].hosts]
 
     async def _agents(self, fleet: str, hosts: set[str], state: State) -> dict[str, AgentClient]:
@@ -286,17 +341,26 @@ class RunHandler(ResourceHandler):
         return found
 
     async def _stop_and_remove(
-        self, fleet: str, jobs: Sequence[JobRecord], spec: RunSpec, state: State
+        self,
+        fleet: str,
+        jobs: Sequence[JobRecord],
+        spec: RunSpec,
+        state: State,
+        reason: str | None = None,
     ) -> None:
         by_host: dict[str, list[str]] = {}
         for job in jobs:
             by_host.setdefault(job.host, []).append(job.id)
         for host, ids in by_host.items():
-            await _stop_and_remove(await self.machines.agent(fleet, host, state), ids, spec)
+            agent = await self.machines.agent(fleet, host, state)
+            await _stop_and_remove(agent, ids, spec, reason)
 
 
-async def _stop_and_remove(agent: AgentClient, ids: list[str], spec: RunSpec) -> None:
-    """Stop the jobs `ids` on `agent` (each within its graceful window) and remove them."""
+async def _stop_and_remove(
+    agent: AgentClient, ids: list[str], spec: RunSpec, reason: str | None = None
+) -> None:
+    """Stop the jobs `ids` on `agent` (each within its graceful window, ending with `reason`,
+    default the user's) and remove them."""
     timeout = stop_seconds(spec)
     limit = asyncio.Semaphore(MAX_CONCURRENT_STOPS)
 
@@ -305,7 +369,7 @@ async def _stop_and_remove(agent: AgentClient, ids: list[str], spec: RunSpec) ->
             try:
                 info = await agent.get_job(job_id)
                 if not info.finished:
-                    await agent.stop(job_id, timeout=timeout)
+                    await agent.stop(job_id, timeout=timeout, reason=reason)
                     await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
                 await agent.delete(job_id, force=True)
             except AgentError as e:

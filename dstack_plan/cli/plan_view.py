@@ -97,6 +97,7 @@ def _render_change(change: ResourceChange) -> list[Line]:
 _REASON_HEADERS = {
     "replace_by_request": "will be replaced, as requested",
     "replace_because_tainted": "is tainted, so must be replaced",
+    "update_rolling": "will be updated in-place, rolling: one replica at a time",
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -11,6 +11,7 @@ from dstack_plan.cli import common
 
 if TYPE_CHECKING:
     from dstack_plan.inspect.runs import JobView, RunView
+    from dstack_plan.project import Project
 
 _STATUS_STYLE = {
     "running": "green",
@@ -32,15 +33,22 @@ def ps(
         False, "-a", "--all", help="Also runs that finished more than an hour ago."
     ),
     as_json: bool = common.JsonOpt,
+    watch: bool = typer.Option(
+        False, "-w", "--watch", help="Show the table again every --interval until Ctrl-C."
+    ),
+    interval: str = typer.Option("2s", "--interval", help="Time between refreshes (2s, 1m)."),
 ) -> None:
     """List runs: active ones and those that finished in the last hour (all with -a).
 
     --json prints a list of {address, kind, name, status, fleet, hosts, gpus, price_per_hour,
     created_at, finished_at, error, failure, jobs: [{id, status, exit_code, termination_reason,
     termination_message, replica, node, host, gpus, ports: [{container_port, host_port,
-    host_ip}], started_at, finished_at}]}, newest first. PORTS shows where each job listens
-    on its host: `127.0.0.1:49153 -> 8799` for a container's port Docker published, `8799`
-    for a port on the host network.
+    host_ip}], started_at, finished_at}], notes: [str]}, newest first. PORTS shows where
+    each job listens on its host: `127.0.0.1:49153 -> 8799` for a container's port Docker
+    published, `8799` for a port on the host network. NOTE (`notes`) says what watch is doing
+    about a run: retrying at a time, waiting for capacity, its next cron run, a service's
+    scaling, a rolling update in progress.
+    -w shows the table again every --interval (in place on a terminal) until Ctrl-C.
     Nothing is written to state.
     """
     from dstack_plan.cli.output import print_json
@@ -48,27 +56,93 @@ def ps(
 
     project = common.make_project(directory, files, state)
     only = {r.address for r in project.load()} if files else None
+    if watch:
+        seconds = _seconds(interval)
+        try:
+            common.run_with(project, lambda p: _live(p, seconds, all_runs, only, as_json))
+        except KeyboardInterrupt:  # how a user leaves a live view: not an error
+            return
+        return
     views = common.run_with(project, lambda p: list_runs(p, all_runs=all_runs, addresses=only))
     if as_json:
         print_json([v.model_dump(mode="json") for v in views])
         return
-    _print_table(views, project.clock.now(), all_runs)
+    console().print(_render(views, project.clock.now(), all_runs))
 
 
-def _print_table(views: list[RunView], now: float, all_runs: bool = False) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+def _seconds(interval: str) -> float:
+    from dstack_plan.config.units import parse_duration
+    from dstack_plan.errors import DstackPlanError
 
-    from dstack_plan.cli.output import console
+    try:
+        seconds = float(parse_duration(interval))
+    except ValueError:
+        try:
+            seconds = float(interval.removesuffix("s"))
+        except ValueError as e:
+            raise DstackPlanError(f"--interval {interval!r}: {e}") from None
+    if seconds <= 0:
+        raise DstackPlanError("--interval must be more than 0s")
+    return seconds
+
+
+async def _live(
+    project: Project, interval: float, all_runs: bool, only: set[str] | None, as_json: bool
+) -> None:
+    """Render the runs every `interval` seconds until cancelled (Ctrl-C): in place on a
+    terminal, one after the other otherwise (a pipe, a log)."""
+    import json
+
+    from rich.live import Live
+
+    from dstack_plan.inspect.runs import list_runs
 
     out = console()
+
+    async def frame() -> Any:
+        views = await list_runs(project, all_runs=all_runs, addresses=only)
+        if as_json:
+            return json.dumps([v.model_dump(mode="json") for v in views])
+        return _render(views, project.clock.now(), all_runs)
+
+    if as_json or not out.is_terminal:
+        while True:
+            shown = await frame()
+            if as_json:
+                print(shown, flush=True)
+            else:
+                out.print(shown)
+                out.print()
+                out.file.flush()
+            await project.clock.sleep(interval)
+    with Live(console=out, auto_refresh=False) as live:
+        while True:
+            live.update(await frame(), refresh=True)
+            await project.clock.sleep(interval)
+
+
+def console() -> Any:
+    from dstack_plan.cli.output import console as make
+
+    return make()
+
+
+def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
+    """The runs table with its footnotes, as one rich renderable."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
     if not views:
         # the hint would only repeat what -a just did
-        out.print("No runs." if all_runs else "No runs. (dstack ps -a shows finished ones too.)")
-        return
+        return Text("No runs." if all_runs else "No runs. (dstack ps -a shows finished ones too.)")
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "STATUS", "FLEET", "HOSTS", "PORTS", "GPU", "PRICE", "AGE"):
-        table.add_column(column, overflow="fold")
+    noted = any(view.notes for view in views)  # the NOTE column only when it says something
+    columns = ["NAME", "STATUS", "FLEET", "HOSTS", "PORTS", "GPU", "PRICE", "AGE"]
+    for column in [*columns, "NOTE"] if noted else columns:
+        # names stay whole: a folded `replica=0 job=1` reads as two rows
+        table.add_column(column, overflow="fold", no_wrap=column == "NAME")
     for view in views:
         status = _styled(view.status) + ("[yellow]*[/]" if view.error else "")
         table.add_row(
@@ -80,19 +154,21 @@ def _print_table(views: list[RunView], now: float, all_runs: bool = False) -> No
             view.gpus or "-",
             f"${view.price_per_hour:.2f}/h",
             format_age(now - view.created_at.timestamp()),
+            *([escape("; ".join(view.notes))] if noted else []),
         )
         if len(view.jobs) > 1:
             for job in view.jobs:
-                table.add_row(*_job_row(job, now))
-    out.print(table)
+                table.add_row(*_job_row(job, now)[: len(table.columns)])
+    parts: list[Any] = [table]
     for view in views:
         # a long reason would wreck the table's layout, so it goes below it
         if view.error:
-            out.print(
+            parts.append(
                 f"[yellow]* {view.address}: status as of the last apply: {escape(view.error)}[/]"
             )
         if view.failure:
-            out.print(f"[red]! {view.address} failed: {escape(view.failure)}[/]")
+            parts.append(f"[red]! {view.address} failed: {escape(view.failure)}[/]")
+    return Group(*parts)
 
 
 def _job_row(job: JobView, now: float) -> list[str]:
@@ -108,6 +184,7 @@ def _job_row(job: JobView, now: float) -> list[str]:
         gpus,
         "",
         age,
+        "",
     ]
 
 

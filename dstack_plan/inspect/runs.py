@@ -17,6 +17,7 @@ from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.apply.runs import fleet_of
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
+from dstack_plan.inspect.notes import run_notes
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ class RunView(BaseModel):
     failure: str | None = None
     """For a failed run, why its first failed job failed: `reason: message` from its agent."""
     jobs: list[JobView] = []
+    notes: list[str] = []
+    """What watch or apply is doing about it, from its state: `retrying at 12:03:15`,
+    `waiting for capacity: ...`, `next run 04:00`, a service's scaling, a rolling update."""
 
     @property
     def finished(self) -> bool:
@@ -204,6 +208,7 @@ def _view(
         error=error,
         failure=_failure(jobs) if status == "failed" else None,
         jobs=jobs,
+        notes=run_notes(run, attributes),
     )
 
 

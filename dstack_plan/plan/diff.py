@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from dstack_plan.plan.kinds import ignored_paths, is_in_place
+from dstack_plan.plan.kinds import ignored_paths, is_in_place, is_rolling
 from dstack_plan.plan.normalize import flatten, get_path, with_path
 
 
@@ -49,6 +49,10 @@ def _updatable(kind: str, path: str, before: dict[str, Any], after: dict[str, An
             _hosts_by_endpoint(get_path(before, "ssh_config")),
             _hosts_by_endpoint(get_path(after, "ssh_config")),
         )
+    if is_rolling(kind, path):
+        # a new replica starts beside the old one: only a container's port is mapped to a
+        # free host port; a job without an image binds the port on the host itself
+        return bool(before.get("image")) and bool(after.get("image"))
     return is_in_place(kind, path)
 
 

@@ -27,6 +27,38 @@ IN_PLACE_FIELDS: dict[str, frozenset[str]] = {
     "gateway": frozenset({"tags", "default"}),
 }
 
+ROLLING_FIELDS: dict[str, frozenset[str]] = {
+    "service": frozenset(
+        {
+            "port",
+            "probes",
+            "resources",
+            "volumes",
+            "docker",
+            "files",
+            "image",
+            "user",
+            "privileged",
+            "entrypoint",
+            "working_dir",
+            "python",
+            "nvcc",
+            "single_branch",
+            "env",
+            "shell",
+            "commands",
+            "code",  # the fingerprint of the local files and repos it sends (CODE_KEY)
+        }
+    ),
+}
+"""Fields whose change updates a kind in place by a rolling deployment (dstack's): each
+replica is replaced by one on the new spec, one at a time, the old one stopped once the new
+one runs (`apply/rollout.py`). They are what a job runs: `job_spec_hash` hashes them."""
+
+ROLLOUT_KEY = "rollout"
+"""The state attribute of a service whose rolling update is not over (`apply/rollout.py`):
+the plan updates it again, so that `apply` finishes (or retries) it."""
+
 STATE_ONLY_FIELDS = frozenset({"lifecycle", "depends_on"})
 """Our extensions: changing them rewrites state but touches no machine."""
 
@@ -38,7 +70,19 @@ LONG_RUNNING_KINDS = frozenset({"service", "dev-environment"})
 
 def is_in_place(kind: str, path: str) -> bool:
     top = path.split(".", 1)[0]
-    return top in STATE_ONLY_FIELDS or top in IN_PLACE_FIELDS.get(kind, frozenset())
+    if top in STATE_ONLY_FIELDS or top in IN_PLACE_FIELDS.get(kind, frozenset()):
+        return True
+    return is_rolling(kind, path)
+
+
+def is_rolling(kind: str, path: str) -> bool:
+    """Whether a change of `path` is carried out by a rolling deployment of the replicas."""
+    return path.split(".", 1)[0] in ROLLING_FIELDS.get(kind, frozenset())
+
+
+def rolling_paths(kind: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The paths of `paths` that roll the replicas (see ROLLING_FIELDS)."""
+    return tuple(p for p in paths if is_rolling(kind, p))
 
 
 def prevents_destroy(kind: str, spec: dict[str, Any] | None) -> bool:

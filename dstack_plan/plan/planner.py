@@ -13,7 +13,12 @@ from typing import Any, NamedTuple
 from dstack_plan.errors import PlanError
 from dstack_plan.graph import dag
 from dstack_plan.plan.diff import diff_specs
-from dstack_plan.plan.kinds import create_before_destroy, prevents_destroy
+from dstack_plan.plan.kinds import (
+    ROLLOUT_KEY,
+    create_before_destroy,
+    prevents_destroy,
+    rolling_paths,
+)
 from dstack_plan.plan.model import (
     CREATING,
     DEPOSED_KEY,
@@ -26,6 +31,9 @@ from dstack_plan.plan.model import (
 )
 from dstack_plan.plan.suggest import did_you_mean
 from dstack_plan.state.model import ResourceState, State
+
+ROLLING_UPDATE = "update_rolling"
+"""The `action_reason` of an update that replaces a service's replicas one at a time."""
 
 
 class DesiredItem(NamedTuple):
@@ -218,7 +226,17 @@ def _decide(
     if DEPOSED_KEY in current.attributes:
         reason = "an object left by a failed replacement (deposed) will be destroyed"
         return Decision(Action.UPDATE, diff.after, reason, None, diff.changed)
-    if diff.changed:
+    unfinished = wanted.kind == "service" and ROLLOUT_KEY in current.attributes
+    if diff.changed or unfinished:
+        rolling = rolling_paths(wanted.kind, diff.changed)
+        if unfinished and not rolling:
+            reason = "rolling update, one replica at a time: finishing one left unfinished"
+            changed = ", ".join(diff.changed)
+            reason += f"; {changed}" if changed else ""
+            return Decision(Action.UPDATE, diff.after, reason, ROLLING_UPDATE, diff.changed)
+        if rolling:
+            reason = "rolling update, one replica at a time: " + ", ".join(diff.changed)
+            return Decision(Action.UPDATE, diff.after, reason, ROLLING_UPDATE, diff.changed)
         reason = "update in place: " + ", ".join(diff.changed)
         return Decision(Action.UPDATE, diff.after, reason, None, diff.changed)
     return Decision(Action.NOOP, diff.after)

@@ -1,7 +1,9 @@
 """The rules a leading watch carries out each tick, in the order it does them.
 
 The order matters: hosts found lost fail their jobs first, so that the gang rule, the limits
-and the retry policy see those failures in the same tick; queued and scheduled runs are placed
+and the retry policy see those failures in the same tick; a rolling update goes before the
+retry policy, so that a new replica that fails ends its rollout (the old replicas serve on)
+rather than counting as the service's failure; queued and scheduled runs are placed
 after everything that frees room. (Releasing idle cloud instances above `nodes.min` comes with
 cloud fleets: SSH hosts are never released.)
 """
@@ -23,7 +25,7 @@ def default_actors() -> list[Actor]:
         Reachability(),
         GangStops(),
         LimitEnforcer(),
-        RetryPolicy(),
         Rollout(),
+        RetryPolicy(),
         PendingRuns(),
     ]

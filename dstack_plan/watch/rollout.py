@@ -1,15 +1,65 @@
-"""Replaces a service's replicas one at a time after its spec changed (rolling update).
+"""Finishing a service's rolling update that `apply` left midway (`apply/rollout.py`).
 
-(Placeholder: being written.)
+A service whose replicas do not all run its spec (an apply killed during a rolling update)
+is moved on by one step per tick: a new replica started, or, once it runs, the old one
+stopped (`terminated_by_server`), so it never has fewer replicas running than it should.
+Nothing is done while an `apply` or `destroy` holds the state's lock: that apply may be
+rolling the service itself.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
+from dstack_plan.apply.rollout import in_progress, step
+from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.runs import RunHandler
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.state.events import span_id
+from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.tick import Acted, Tick
+
+log = logging.getLogger(__name__)
 
 
 class Rollout:
+    """Rolling updates left unfinished, as an actor of the loop."""
+
     name = "rollout"
 
     async def act(self, tick: Tick) -> Acted:
-        return Acted()
+        runs = [r for r in tick.state.resources.values() if in_progress(r)]
+        if not runs:
+            return Acted()
+        holder = await asyncio.to_thread(tick.project.backend.read_lock_info)
+        if holder is not None and not holder.is_expired(tick.now):
+            log.info("state locked by %s: rollouts wait", holder.operation)
+            return Acted()
+        handler = tick.project.handlers()["service"]
+        assert isinstance(handler, RunHandler)
+        ctx = tick.project.context(tick.state)
+        changed: dict[str, ResourceState] = {}
+        for run in runs:
+            try:
+                result = await step(handler, run, ctx)
+            except DstackPlanError as e:
+                log.warning("%s: rollout step failed: %s", run.address, e)
+                continue
+            if result.message:
+                log.info(
+                    "%s: %s",
+                    run.address,
+                    result.message,
+                    extra={
+                        "event": f"rollout_{result.kind}",
+                        "address": run.address,
+                        "resource_type": "run",
+                        "span_id": span_id(
+                            run.address, RunRecord.of(run).generation or run.created_at
+                        ),
+                    },
+                )
+            if result.entry != run:
+                changed[run.address] = result.entry
+        return Acted(changed=changed)

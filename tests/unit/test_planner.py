@@ -91,7 +91,12 @@ def test_unchanged_project_is_a_noop_also_after_reordering(tmp_path: Path) -> No
     "before, after, action, path",
     [
         (SERVICE, SERVICE.replace("replicas: 1", "replicas: 3"), Action.UPDATE, "replicas"),
+        # what a container's replicas run rolls in place (a process binds its port on the
+        # host: no new replica beside the old); how the service is exposed replaces it
         (SERVICE, SERVICE.replace("[serve]", "[serve2]"), Action.DELETE_THEN_CREATE, "commands"),
+        (SERVICE + "image: x\n", SERVICE.replace("[serve]", "[serve2]") + "image: x\n",
+         Action.UPDATE, "commands"),
+        (SERVICE, SERVICE + "https: false\n", Action.DELETE_THEN_CREATE, "https"),
         (TASK, TASK.replace("A100:2", "A100:4"), Action.DELETE_THEN_CREATE, "resources.gpu"),
         (TASK, TASK + "priority: 50\n", Action.UPDATE, "priority"),
         (FLEET, FLEET.replace("nodes: 2", "nodes: 4"), Action.UPDATE, "nodes.max"),

@@ -1,0 +1,66 @@
+"""What `ps` says about a run beside its status, from what watch and apply keep in its state
+attributes: a retry's next attempt, a queue wait, a cron schedule, a service's scaling, a
+rolling update in progress. Pure: times are shown in this machine's local time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from dstack_plan.apply.rollout import progress_note
+from dstack_plan.state.model import ResourceState
+
+
+def run_notes(entry: ResourceState, attributes: dict[str, Any] | None = None) -> list[str]:
+    """The notes for run `entry` (with `attributes` as refreshed, when given), in order."""
+    attributes = entry.attributes if attributes is None else attributes
+    notes = []
+    retry = _dict(attributes.get("retry"))
+    at = _number(retry.get("next_attempt_at"))
+    if at is not None:
+        notes.append(f"retrying at {clock_time(at)}")
+    queued = _dict(attributes.get("queued"))
+    if queued:
+        why = queued.get("why")
+        notes.append(f"waiting for capacity: {why}" if why else "waiting for capacity")
+    schedule = _dict(attributes.get("schedule"))
+    next_run = _number(schedule.get("next_run_at"))
+    if next_run is not None:
+        notes.append(f"next run {clock_time(next_run, seconds=False)}")
+    scaling = scaling_note(entry)
+    if scaling:
+        notes.append(scaling)
+    rollout = progress_note(entry.model_copy(update={"attributes": attributes}))
+    if rollout:
+        notes.append(rollout)
+    return notes
+
+
+def scaling_note(entry: ResourceState) -> str | None:
+    """For a service with `scaling`: that it keeps the minimum (request-rate autoscaling
+    needs a gateway, which comes later)."""
+    scaling = entry.spec.get("scaling") if entry.kind == "service" else None
+    if not isinstance(scaling, dict):
+        return None
+    replicas = str(entry.spec.get("replicas", "1"))
+    low, _, _high = replicas.partition("..")
+    kept = max(int(low), 1) if low.isdigit() else 1
+    metric = scaling.get("metric", "rps")
+    return (
+        f"scaling by {metric} needs a gateway: keeps the minimum, "
+        f"{kept} replica{'s' if kept != 1 else ''} (replicas {replicas})"
+    )
+
+
+def clock_time(epoch: float, seconds: bool = True) -> str:
+    """`HH:MM:SS` (or `HH:MM`) in local time."""
+    return datetime.fromtimestamp(epoch).strftime("%H:%M:%S" if seconds else "%H:%M")
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

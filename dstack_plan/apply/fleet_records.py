@@ -26,7 +26,8 @@ class HostRecord(BaseModel):
     port: int = 22
     instance_id: str = ""
     status: str = "unknown"
-    """`idle` when its agent answered, `unreachable` when the last attempt failed."""
+    """`idle` when its agent answered, `unreachable` when the last attempt failed (as a
+    refresh records it; `dstack watch` only from the third failed check in a row)."""
     resources: MachineResources | None = None
     agent_version: str | None = None
     agent_sha256: str | None = None
@@ -38,6 +39,15 @@ class HostRecord(BaseModel):
     host_key_fingerprint: str | None = None
     problem: str | None = None
     """Why the last create or refresh failed on this host."""
+    failed_checks: int = 0
+    """Consecutive ticks of `dstack watch` this host's agent did not answer in
+    (`watch/reachability.py`): kept here so a restarted watch does not count from zero."""
+    unreachable_since: float | None = None
+    """When the first of those failed checks was (epoch seconds); the host is `unreachable`
+    from the third one on, and its jobs fail after the grace period."""
+    lost_jobs: tuple[str, ...] = ()
+    """Jobs watch gave up here (`instance_unreachable`): stopped and removed once the host
+    answers again, so none runs twice."""
 
 
 class FleetRecord(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
@@ -52,7 +53,7 @@ def host_rows(records: dict[str, FleetRecord]) -> list[list[str]]:
                 [
                     name,
                     host.name,
-                    host.status if not host.problem else f"{host.status}: {host.problem}",
+                    _status(host),
                     gpus,
                     str(res.cpus) if res else "-",
                     f"{res.memory_gb:g}GB" if res else "-",
@@ -61,6 +62,17 @@ def host_rows(records: dict[str, FleetRecord]) -> list[list[str]]:
                 ]
             )
     return rows
+
+
+def _status(host: HostRecord) -> str:
+    """`idle`, `unreachable since <UTC time>` (as watch marked it), with the last problem."""
+    status = host.status
+    if status == "unreachable" and host.unreachable_since is not None:
+        since = datetime.fromtimestamp(host.unreachable_since, timezone.utc)
+        status += f" since {since.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+    elif host.failed_checks:
+        status += f" ({host.failed_checks} failed check{'s' if host.failed_checks > 1 else ''})"
+    return status if not host.problem else f"{status}: {host.problem}"
 
 
 def _agent(host: HostRecord) -> str:

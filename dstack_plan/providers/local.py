@@ -29,6 +29,7 @@ from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.providers.base import GPU, Instance, MachineResources, Offer, Provider
 
 if TYPE_CHECKING:
+    from dstack_plan.agent.http import Response
     from dstack_plan.config.resources import ResourcesSpec
 
 LOCAL_FLEET = "local"
@@ -207,6 +208,17 @@ class LocalAgentClient(DeferredAgentClient):
         if await self._idle():  # what the agent answers for a job it does not know
             raise AgentError(self.host, f"no job with id {job_id!r}", 404)
         return await super().get_job(job_id)
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Response:
+        agent = await self._connected()
+        try:
+            return await agent._request(method, path, **kwargs)
+        except AgentError as e:
+            if e.status is None:  # not reached: it died (or restarted on a new port)
+                async with self._lock:  # the next request finds it again, or starts it
+                    if self._agent is agent:
+                        self._agent = None
+            raise
 
     async def aclose(self) -> None:
         if self._agent is not None:

@@ -44,6 +44,9 @@ class LeaseRecord(BaseModel):
     acquired_at: float
     renewed_at: float
     expires_at: float
+    pid_space: str | None = None
+    """Which process-id space `pid` is in (this boot of this machine, this PID namespace):
+    only a process in the same one may judge from `pid` that the holder died."""
 
     def is_expired(self, now: float) -> bool:
         """True once `now` has reached `expires_at`: anyone may take the lease."""
@@ -52,6 +55,32 @@ class LeaseRecord(BaseModel):
     def to_bytes(self) -> bytes:
         """The stored form (JSON)."""
         return self.model_dump_json().encode("utf-8")
+
+
+def pid_space() -> str | None:
+    """This process's PID space: the boot id and the PID namespace, or None where they
+    cannot be read. A hostname is not enough: cloned machines share one, and containers on
+    one host share the boot but not their process ids."""
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()  # noqa: SIM115
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{boot}:{namespace}"
+
+
+def _holder_died(record: LeaseRecord) -> bool:
+    """The holder ran in this PID space and its process is gone (killed, crashed): a watch
+    started again here need not wait out the lease of the one it replaces."""
+    if record.pid_space is None or record.pid_space != pid_space() or record.pid == os.getpid():
+        return False
+    try:
+        os.kill(record.pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # it exists (another user's): alive
+    return False
 
 
 def parse_lease(data: bytes | None) -> LeaseRecord | None:
@@ -110,6 +139,7 @@ class LeaderLease:
             current is not None
             and current.holder != self.holder_id
             and not current.is_expired(now)
+            and not _holder_died(current)
         ):
             self._valid_until = None
             return False
@@ -125,6 +155,7 @@ class LeaderLease:
             acquired_at=term_start,
             renewed_at=now,
             expires_at=now + self.ttl,
+            pid_space=pid_space(),
         )
         try:
             self.backend.write_record(LEASE_RECORD, record.to_bytes(), snapshot.version)

@@ -235,6 +235,27 @@ class SSHTestHosts:
             host.process.wait()
             host.process = None
 
+    def cut_off(self, name: str) -> None:
+        """Cut the host off from the controller while everything else on it runs on (its
+        agent, its jobs): its sshd is stopped and every SSH connection to it is dropped
+        (`stop` leaves open connections up). `start` brings it back."""
+        self.stop(name)
+        pids = subprocess.run(
+            ["ip", "netns", "pids", self.hosts[name].netns], capture_output=True, text=True
+        )
+        for pid in pids.stdout.split():
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                if comm.startswith("sshd") or comm == "sftp-server":
+                    os.kill(int(pid), 9)
+            except (OSError, ValueError):
+                continue  # gone meanwhile
+
+    def link(self, name: str, up: bool) -> None:
+        """Take the host's network link down (packets to it are lost, nothing is refused:
+        a cable pulled, a host powered off) or up again."""
+        _ip("-n", self.hosts[name].netns, "link", "set", "eth0", "up" if up else "down")
+
     def new_host_key(self, name: str) -> None:
         """Give the host a new host key and restart its sshd."""
         host = self.hosts[name]
@@ -278,6 +299,10 @@ class SSHTestHosts:
                 except ProcessLookupError:
                     pass
             _ip("netns", "del", netns, check=False)
+        # a namespace still held (by a socket closing, say) outlives `netns del` with its
+        # veth: the next `up` could not add it again
+        for host in self.hosts.values():
+            _ip("link", "del", f"v{host.netns}"[:15], check=False)
         _ip("link", "del", BRIDGE, check=False)
         _ip("route", "del", "unreachable", INNER_NET, check=False)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dstack_plan.agent.api_models import JobSpec
+from dstack_plan.clock import FakeClock
 from dstack_plan.providers.base import Instance, MachineResources, Offer
 from dstack_plan.providers.registry import provider_class
 from dstack_plan.providers.ssh.hostkeys import MemoryHostKeyStore
@@ -49,6 +50,7 @@ def provider(
     bundle: AgentBundle,
     names: tuple[str, ...] = ("h1", "h2", "h3"),
     store: MemoryHostKeyStore | None = None,
+    clock: FakeClock | None = None,
 ) -> SSHProvider:
     return SSHProvider(
         {FLEET: targets(hosts, *names)},
@@ -58,6 +60,7 @@ def provider(
         bundle=bundle,
         agent_dir=str(tmp_path / "remote"),
         connect_timeout=5,
+        clock=clock,
     )
 
 
@@ -163,7 +166,8 @@ async def test_a_process_job_runs_on_the_host_and_its_log_comes_back(
 async def test_a_host_that_is_down_fails_alone_with_its_name(
     ssh_hosts: SSHTestHosts, tmp_path: Path, bundle: AgentBundle
 ) -> None:
-    ssh = provider(ssh_hosts, tmp_path, bundle, names=("h1", "h2", "h3", "bare"))
+    clock = FakeClock()
+    ssh = provider(ssh_hosts, tmp_path, bundle, names=("h1", "h2", "h3", "bare"), clock=clock)
     address = ssh_hosts["h3"].address
     ssh_hosts.stop("h3")
     try:
@@ -184,6 +188,10 @@ async def test_a_host_that_is_down_fails_alone_with_its_name(
         assert set(ssh.problems) == {f"{FLEET}-2", f"{FLEET}-3"}
 
         ssh_hosts.start("h3")
+        # a host that keeps failing is dialled again only after a backoff (a watch tick
+        # must not wait out a connect timeout on every request to it)
+        assert [i.status for i in await ssh.refresh(refreshed)] == ["idle", "idle", "pending"]
+        clock.advance(5)
         refreshed = await ssh.refresh(refreshed)
         assert [i.status for i in refreshed] == ["idle", "idle", "idle"]
         assert refreshed[2].resources is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import pytest
 from dstack_plan.clock import FakeClock
 from dstack_plan.errors import StateError
 from dstack_plan.state.backend import ABSENT, StateBackend, StateConflictError
-from dstack_plan.state.lease import LEASE_RECORD, LeaderLease, LeaseRecord, new_holder_id
+from dstack_plan.state.lease import (
+    LEASE_RECORD,
+    LeaderLease,
+    LeaseRecord,
+    new_holder_id,
+    pid_space,
+)
 from dstack_plan.state.local import LocalBackend
 from tests.unit.watch_records_backend import DictRecordsBackend
 
@@ -93,6 +100,7 @@ def test_renewal_keeps_the_term_and_moves_the_expiry(backend: StateBackend) -> N
         acquired_at=start,
         renewed_at=start + 5,
         expires_at=start + 5 + TTL,
+        pid_space=pid_space(),
     )
     clock.advance(TTL + 1)  # lapsed: taking it again starts a new term
     assert a.current() is None
@@ -183,3 +191,24 @@ class RacingBackend(LocalBackend):
         if hook is not None:
             hook()
         return super().write_record(name, data, expected)
+
+
+@pytest.mark.parametrize("same_space", [True, False])
+def test_a_dead_holder_is_replaced_at_once_only_from_its_own_pid_space(
+    backend: StateBackend, same_space: bool
+) -> None:
+    # a hostname is not enough: cloned machines and containers share one, not their pids
+    clock = FakeClock()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    record = LeaseRecord(
+        holder="gone",
+        host=socket.gethostname(),
+        pid=dead.pid,
+        acquired_at=clock.now(),
+        renewed_at=clock.now(),
+        expires_at=clock.now() + TTL,
+        pid_space=pid_space() if same_space else "another-boot:4026531836",
+    )
+    backend.write_record(LEASE_RECORD, record.to_bytes(), ABSENT)
+    assert LeaderLease(backend, "b", ttl=TTL, clock=clock).acquire_or_renew() is same_space

@@ -15,17 +15,26 @@ import logging
 import os
 import socket
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import asyncssh
 
+from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.errors import HostKeyChangedError, SSHError
 from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy
 from dstack_plan.providers.ssh.models import SSHTarget
 
 log = logging.getLogger(__name__)
+
+KEEPALIVE_INTERVAL = 5.0
+KEEPALIVE_COUNT_MAX = 3
+"""A kept connection whose host stops answering is closed after about 15 s of silence (a
+link that went down loses no packets "slowly": it loses all of them). A slow link still
+answers keepalives. Without this a dead connection is kept forever and every request over it
+hangs until its own timeout, one after another (dstack issue #2346's opposite failure)."""
 
 Connection = asyncssh.SSHClientConnection
 
@@ -114,6 +123,19 @@ def _describe(target: SSHTarget, error: BaseException, timeout: float) -> str:
     return f"SSH to {where} failed: {error}"
 
 
+RECONNECT_BACKOFF = (0.0, 5.0, 10.0, 30.0, 60.0)
+"""Seconds before a target whose connect failed is dialled again, by failures in a row: the
+first retry is at once (a blip), then 5 s, 10 s, 30 s, and every minute."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    attempts: int
+    retry_at: float
+    """The pool clock's time before which the target is not dialled again."""
+    error: SSHError
+
+
 class SSHPool:
     """One connection per host, opened on first use, closed when the `async with` ends."""
 
@@ -123,14 +145,18 @@ class SSHPool:
         *,
         concurrency: int = 32,
         connect_timeout: float = 10.0,
+        clock: Clock | None = None,
     ):
         self.policy = policy
+        self.clock = clock or SystemClock()
         self.connect_timeout = connect_timeout
         self._limit = asyncio.Semaphore(concurrency)
         # keyed by the whole target: the same address through another jump host or with
         # another key is another connection
         self._connections: dict[SSHTarget, Connection] = {}
         self._locks: dict[SSHTarget, asyncio.Lock] = {}
+        self._failed: dict[SSHTarget, _Failure] = {}
+        """Targets whose last connect failed: asked again only after a backoff."""
 
     async def __aenter__(self) -> SSHPool:
         return self
@@ -171,13 +197,25 @@ class SSHPool:
             conn = self._connections.get(target)
             if conn is not None and not conn.is_closed():
                 return conn
+            failed = self._failed.get(target)
+            if failed is not None and self.clock.now() < failed.retry_at:
+                # a host that just failed is not dialled again on every request (a watch
+                # tick would wait out connect_timeout each time): the same answer until then
+                raise failed.error
             tunnel = None
             if target.proxy_jump is not None:
                 try:
                     tunnel = await self.connect(target.proxy_jump)
                 except SSHError as e:
                     raise SSHError(target.name, f"via jump host {e}") from e
-            conn = await self._open(target, tunnel)
+            try:
+                conn = await self._open(target, tunnel)
+            except SSHError as e:
+                attempts = 1 if failed is None else failed.attempts + 1
+                wait = RECONNECT_BACKOFF[min(attempts, len(RECONNECT_BACKOFF)) - 1]
+                self._failed[target] = _Failure(attempts, self.clock.now() + wait, e)
+                raise
+            self._failed.pop(target, None)
             self._connections[target] = conn
             return conn
 
@@ -196,6 +234,8 @@ class SSHPool:
                     known_hosts=([], [], []),
                     config=None,
                     connect_timeout=self.connect_timeout,
+                    keepalive_interval=KEEPALIVE_INTERVAL,
+                    keepalive_count_max=KEEPALIVE_COUNT_MAX,
                     **({"agent_path": None} if "client_keys" in options else {}),
                     **options,
                 )

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.deferred_client import DeferredAgentClient
 from dstack_plan.agent.http import Response
-from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
+from dstack_plan.errors import AgentError, DstackPlanError, ProviderError, SSHError
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.local import resources_from_facts
 from dstack_plan.providers.ssh.connect import Connection, SSHPool
@@ -43,12 +43,17 @@ from dstack_plan.providers.ssh.preflight import preflight
 from dstack_plan.providers.ssh.tunnel import AGENT_ADDRESS, tunnel
 
 if TYPE_CHECKING:
+    from dstack_plan.clock import Clock
     from dstack_plan.config.resources import ResourcesSpec
 
 log = logging.getLogger(__name__)
 
 SSH_PROVIDER = "ssh"
 T = TypeVar("T")
+
+REFRESH_HOST_TIMEOUT = 60.0
+"""Seconds a refresh waits for one host (it may have to start or install the agent again):
+a host that takes longer is reported with the others, not waited for."""
 
 
 class SSHProvider(Provider):
@@ -67,6 +72,7 @@ class SSHProvider(Provider):
         need_containers: bool = False,
         concurrency: int = 16,
         connect_timeout: float = 10.0,
+        clock: Clock | None = None,
     ):
         self.fleets = {name: list(targets) for name, targets in (fleets or {}).items()}
         self.agent_dir = agent_dir
@@ -74,7 +80,9 @@ class SSHProvider(Provider):
         absolute."""
         self.need_containers = need_containers
         self.policy = HostKeyPolicy(host_keys or MemoryHostKeyStore(), known_hosts=known_hosts)
-        self.pool = SSHPool(self.policy, concurrency=concurrency, connect_timeout=connect_timeout)
+        self.pool = SSHPool(
+            self.policy, concurrency=concurrency, connect_timeout=connect_timeout, clock=clock
+        )
         self.problems: dict[str, str] = {}
         """Instance name -> why the host failed the last create/refresh (cleared when it
         answers again)."""
@@ -111,7 +119,8 @@ class SSHProvider(Provider):
         host rebooted) gets it started again, as any first request does. Hosts no longer
         listed in their fleet's config are left out."""
         mine = [i for i in instances if self._target(i) is not None]
-        return [i for i in await self._each(mine, self._observe) if i is not None]
+        found = await self._each(mine, self._observe, timeout=REFRESH_HOST_TIMEOUT)
+        return [i for i in found if i is not None]
 
     async def terminate(self, instances: Sequence[Instance]) -> None:
         """Stop the agent on each host (its files and any job containers stay). Idempotent;
@@ -230,16 +239,17 @@ class SSHProvider(Provider):
         self,
         instances: Sequence[Instance],
         step: Callable[[Instance, SSHTarget], Awaitable[Instance | None]],
+        timeout: float | None = None,
     ) -> list[Instance | None]:
-        """`step` on every instance, side by side (bounded); a failing host is kept (`pending`
-        unless it is being terminated) with its reason in `problems`, the others are not
-        affected."""
+        """`step` on every instance, side by side (bounded); a failing host (or one taking
+        longer than `timeout` seconds) is kept (`pending` unless it is being terminated) with
+        its reason in `problems`, the others are not affected."""
 
         async def one(instance: Instance) -> Instance | None:
             target = self._target(instance)
             assert target is not None
             try:
-                done = await step(instance, target)
+                done = await _within(step(instance, target), timeout, target.name)
             except DstackPlanError as e:
                 log.warning("%s", e)
                 self.problems[instance.name] = str(e)
@@ -320,3 +330,13 @@ class SSHAgentClient(DeferredAgentClient):
 
     async def aclose(self) -> None:
         self._agent = None
+
+
+async def _within(step: Awaitable[T], timeout: float | None, host: str) -> T:
+    """`step`, or an SSHError naming `host` when it takes longer than `timeout` seconds."""
+    if timeout is None:
+        return await step
+    try:
+        return await asyncio.wait_for(step, timeout)
+    except asyncio.TimeoutError:
+        raise SSHError(host, f"no answer within {timeout:g}s") from None

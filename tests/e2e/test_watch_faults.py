@@ -1,0 +1,201 @@
+"""Faults watch must ride out, with real processes: the local agent killed (SIGKILL) and
+started again mid-job, and a `dstack watch` process killed mid-tick and started again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dstack_plan.agent.datadir import DataDir
+from dstack_plan.agent.liveness import read_pid
+from dstack_plan.clock import FakeClock
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.project import Project
+from dstack_plan.watch.loop import Watcher
+from tests.e2e.conftest import Dstack
+from tests.e2e.test_local_flow import state, wait_for_status
+from tests.e2e.test_run_lifecycle import RESOURCES, alive, task
+from tests.e2e.test_watch_retry import flaky
+from tests.e2e.test_watch_takeover import lease_pid, wait_until
+from tests.infra.docker_images import ensure_busybox_image
+
+pytestmark = pytest.mark.docker
+
+
+def container_task(name: str, image: str) -> str:
+    return (
+        f"type: task\nname: {name}\nimage: {image}\ncommands: ['sleep 300']\n"
+        f"stop_duration: 1s\n{RESOURCES}"
+    )
+
+
+def kill_agent(agent_dir: Path) -> None:
+    pid = read_pid(DataDir(agent_dir))
+    assert pid is not None and alive(pid)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(pid):
+        assert time.monotonic() < deadline, "the agent outlived SIGKILL"
+        time.sleep(0.05)
+
+
+def start_agent(agent_dir: Path, env: dict[str, str]) -> None:
+    started = subprocess.run(
+        [sys.executable, "-m", "dstack_plan.agent", "start", "--data-dir", str(agent_dir)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stdout + started.stderr
+
+
+def test_a_local_agent_killed_and_started_again_mid_job_is_tolerated(
+    dstack: Dstack,
+    tmp_path: Path,
+    agent_dir: Path,
+    cli_env: dict[str, str],
+    docker_client: Any,
+) -> None:
+    project = tmp_path / "project"
+    image = ensure_busybox_image(docker_client)
+    (project / "box.dstack.yml").write_text(container_task("box", image))
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_for_status(dstack, "task.box", {"running"}, timeout=60)
+    job = state(project)["resources"]["task.box"]["attributes"]["jobs"][0]["id"]
+    clock = FakeClock(time.time())
+    watched = Project(project, agent_dir=agent_dir, clock=clock)
+    watcher = Watcher(watched)
+
+    async def scenario() -> None:
+        assert (await watcher.tick()).runs == {"task.box": "running"}
+        serial = state(project)["serial"]
+        kill_agent(agent_dir)
+        # a tick while it is down concludes nothing: this machine's agent not answering fails
+        # the tick (never the job), and the next tick asks again
+        with pytest.raises(DstackPlanError, match="cannot reach the agent"):
+            await watcher.tick()
+        clock.advance(300)
+        after = state(project)
+        assert after["serial"] == serial, "a tick without the agent wrote state"
+        assert after["resources"]["task.box"]["status"] == "running"
+
+        start_agent(agent_dir, cli_env)  # on a new port: the long-lived watch finds it
+        report = await watcher.tick()
+        assert report.runs == {"task.box": "running"}
+        assert [(j.job_id, j.status) for j in report.jobs] == [(job, "running")]
+
+    asyncio.run(_closing(watched, scenario()))
+    assert state(project)["resources"]["task.box"]["attributes"]["jobs"][0]["id"] == job
+    assert dstack("destroy", "-y").returncode == 0
+
+
+def test_the_next_tick_starts_a_killed_local_agent_again(
+    dstack: Dstack,
+    tmp_path: Path,
+    agent_dir: Path,
+    docker_client: Any,
+) -> None:
+    """Nobody restarts it: the tick after the failed one does (the container is re-adopted)."""
+    project = tmp_path / "project"
+    image = ensure_busybox_image(docker_client)
+    (project / "box.dstack.yml").write_text(container_task("box", image))
+    assert dstack("apply", "-y").returncode == 0
+    wait_for_status(dstack, "task.box", {"running"}, timeout=60)
+    job = state(project)["resources"]["task.box"]["attributes"]["jobs"][0]["id"]
+    watched = Project(project, agent_dir=agent_dir, clock=FakeClock(time.time()))
+    watcher = Watcher(watched)
+
+    async def scenario() -> None:
+        await watcher.tick()
+        kill_agent(agent_dir)
+        with pytest.raises(DstackPlanError):
+            await watcher.tick()
+        report = await watcher.tick()
+        assert [(j.job_id, j.status) for j in report.jobs] == [(job, "running")]
+
+    asyncio.run(_closing(watched, scenario()))
+    pid = read_pid(DataDir(agent_dir))
+    assert pid is not None and alive(pid)
+    assert dstack("destroy", "-y").returncode == 0
+
+
+async def _closing(project: Project, work: Any) -> None:
+    try:
+        await work
+    finally:
+        await project.close()
+
+
+def start_watch(project: Path, env: dict[str, str], interval: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dstack_plan.cli", "watch", "--interval", interval],
+        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_watch_killed_mid_tick_and_started_again_loses_nothing_and_acts_at_once(
+    dstack: Dstack, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    project = tmp_path / "project"
+    (project / "long.dstack.yml").write_text(task("long", "sleep 300"))
+    assert dstack("apply", "-y").returncode == 0
+    wait_for_status(dstack, "task.long", {"running"})
+    lineage, serial = state(project)["lineage"], state(project)["serial"]
+    long_job = state(project)["resources"]["task.long"]["attributes"]["jobs"][0]["id"]
+
+    # killed at different points of its 0.2 s tick cycle, again and again
+    for delay in (0.05, 0.13, 0.21, 0.34, 0.47):
+        watch = start_watch(project, cli_env, "0.2s")
+        try:
+            wait_until(lambda w=watch: lease_pid(project) == w.pid, 20, "watch never led")
+            time.sleep(delay)
+        finally:
+            watch.send_signal(signal.SIGKILL)
+            watch.wait(5)
+        now = state(project)  # readable, same history, never going back
+        assert now["lineage"] == lineage and now["serial"] >= serial
+        serial = now["serial"]
+        long_entry = now["resources"]["task.long"]
+        assert long_entry["status"] == "running"
+        assert long_entry["attributes"]["jobs"][0]["id"] == long_job
+    events = dstack("events", "--json")
+    assert events.returncode == 0, events.stderr
+    assert all(json.loads(line) for line in events.stdout.splitlines())
+
+    # a job fails while no watch runs; the one started again retries it in its first tick
+    marker = tmp_path / "failed-once"
+    policy = "retry: {on_events: [error], duration: 1m}\n"
+    (project / "flaky.dstack.yml").write_text(flaky(marker, policy))
+    assert dstack("apply", "-y").returncode == 0
+    wait_for_status(dstack, "task.flaky", {"failed"})
+    watch = start_watch(project, cli_env, "5s")
+    try:
+        led = wait_until(lambda: lease_pid(project) == watch.pid, 20, "watch never led")
+        acted = wait_until(
+            lambda: "retry" in state(project)["resources"]["task.flaky"]["attributes"],
+            10,
+            "the restarted watch did not act on the failed run",
+        )
+        # within one interval of starting to lead; and the lease of the killed watch is
+        # not waited out (its process is gone)
+        assert acted < 5, acted
+        assert led < 8, led  # python starting up, then its first tick
+        assert state(project)["resources"]["task.long"]["status"] == "running"
+    finally:
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(15) == 0, watch.stderr.read() if watch.stderr else ""
+    assert alive_job(project, long_job)
+    assert dstack("destroy", "-y").returncode == 0
+
+
+def alive_job(project: Path, job_id: str) -> bool:
+    entry = state(project)["resources"]["task.long"]
+    return entry["status"] == "running" and entry["attributes"]["jobs"][0]["id"] == job_id

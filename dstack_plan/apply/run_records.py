@@ -34,6 +34,9 @@ class JobRecord(NamedTuple):
     spec_hash: str | None = None
     """What the job runs (`apply.rollout.job_spec_hash`); None: the entry's spec, as when it
     was created (a rolling update stamps the old jobs before it changes the spec)."""
+    reason: str | None = None
+    """Why it ended, once it has (`container_exited_with_error: exited with code 3`): the
+    agent's termination reason and message, for events and `ps`."""
 
     @property
     def slot(self) -> tuple[int, int]:
@@ -54,7 +57,12 @@ class JobRecord(NamedTuple):
     def refreshed(self, info: JobInfo) -> JobRecord:
         """This record with what the agent says now (status, and ports once known)."""
         ports = tuple(info.ports) if info.ports else self.ports
-        return self._replace(status=info.status.value, ports=ports)
+        reason = self.reason
+        if info.termination_reason is not None:
+            reason = info.termination_reason.value
+            if info.termination_message:
+                reason += f": {info.termination_message}"
+        return self._replace(status=info.status.value, ports=ports, reason=reason)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +74,7 @@ class JobRecord(NamedTuple):
             "runtime": self.runtime,
             "ports": [p.model_dump(mode="json") for p in self.ports],
             **({"spec_hash": self.spec_hash} if self.spec_hash is not None else {}),
+            **({"reason": self.reason} if self.reason is not None else {}),
         }
 
     @classmethod
@@ -82,6 +91,7 @@ class JobRecord(NamedTuple):
             runtime=None if runtime is None else str(runtime),
             ports=_ports(raw.get("ports")),
             spec_hash=str(raw["spec_hash"]) if raw.get("spec_hash") is not None else None,
+            reason=str(raw["reason"]) if raw.get("reason") is not None else None,
         )
 
 

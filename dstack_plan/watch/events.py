@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from dstack_plan.agent.protocol import FINISHED_STATUSES
 from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.state.events import Event, EventLog, event_level, event_message, span_id
@@ -46,6 +47,7 @@ def status_events(before: State, after: State, now: float) -> list[Event]:
                         new_status=job.status,
                         job_id=job.id,
                         host=job.host,
+                        reason=job.reason if job.status in FINISHED_STATUSES else None,
                     )
                 )
         if old.status != run.status:
@@ -57,9 +59,14 @@ def status_events(before: State, after: State, now: float) -> list[Event]:
                     span_id=span,
                     old_status=old.status,
                     new_status=run.status,
+                    reason=_run_reason(run.attributes.get("termination_reason")),
                 )
             )
     return events
+
+
+def _run_reason(raw: object) -> str | None:
+    return raw if isinstance(raw, str) else None
 
 
 def log_events(events: Iterable[Event]) -> None:

@@ -68,5 +68,11 @@ def test_a_job_failing_once_is_retried_only_when_the_run_says_so(
     assert events.returncode == 0, events.stderr
     lines = [json.loads(line) for line in events.stdout.splitlines()]
     assert any(e["address"] == "task.flaky" and e["new_status"] == "failed" for e in lines)
+    # every event says why: the job's exit, and (without retry) the run's end
+    (exited,) = [e for e in lines if e["kind"] == "job" and e["new_status"] == "failed"]
+    assert exited["reason"] == "container_exited_with_error: exited with code 3", exited
+    if not retry:
+        (ended,) = [e for e in lines if e["kind"] == "run" and e["new_status"] == "failed"]
+        assert ended["reason"] == "job_failed", ended
     assert len({e["span_id"] for e in lines if e["address"] == "task.flaky"}) == 1
     assert dstack("destroy", "-y").returncode == 0

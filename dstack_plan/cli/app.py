@@ -69,6 +69,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "stop": ("stop_cmd", "stop", {}),
     "attach": ("attach_cmd", "attach", {}),
     "graph": ("graph_cmd", "graph", {}),
+    "offer": ("offer_cmd", "offer", {}),
     "exec": (
         "exec_cmd",
         "exec_",

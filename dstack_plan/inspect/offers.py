@@ -1,0 +1,251 @@
+"""`dstack offer`: the machines that could take a job with given resources, cheapest first.
+
+    view = await list_offers(project, ResourcesSpec.model_validate({"gpu": "A100:2"}))
+
+The machines are this one (the `local` fleet), the hosts of every SSH fleet in state, and the
+offers of any other installed provider (none ship yet: cloud providers are still to come).
+A fleet's host is shared by the jobs placed on it, so it matches when it can give the lower
+bounds (`scheduler.matching.static_mismatch`); a provider's offer is a whole machine, so every
+range must hold it (`offer_mismatch`). Each host's agent is asked what runs there, to say
+whether it is idle, available (jobs run, but the GPUs asked for are free) or busy (and with
+what). Hosts that do not match are listed apart, with why. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from dstack_plan.apply.host_load import BusyJob, busy_jobs
+from dstack_plan.apply.machines import Machine
+from dstack_plan.config.resources import ResourcesSpec
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.providers.base import MachineResources, Offer
+from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
+from dstack_plan.providers.registry import GROUP, provider_class
+from dstack_plan.scheduler.matching import gpus_wanted, offer_mismatch, static_mismatch
+from dstack_plan.state.model import State
+
+if TYPE_CHECKING:
+    from dstack_plan.project import Project
+
+log = logging.getLogger(__name__)
+
+HOST_PROVIDERS = frozenset({LOCAL_PROVIDER, "ssh"})
+"""Providers whose machines are fleet hosts, listed from the fleets, not from `offers()`."""
+HOST_TIMEOUT = 15.0
+"""Seconds a host's agent gets to list its jobs."""
+PARALLELISM = 32
+
+Availability = Literal[
+    "idle", "available", "busy", "unreachable", "not_available", "no_quota", "unknown"
+]
+_LAST = frozenset({"busy", "unreachable", "not_available", "no_quota"})
+
+
+class GPUInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    memory_mib: int
+
+
+class OfferRow(BaseModel):
+    """A machine that matches (`--json` prints these under `offers`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fleet: str | None
+    """The fleet the host is in; None for a provider's offer (a machine not created yet)."""
+    provider: str
+    host: str
+    """The host's name in its fleet, or the offer's instance type."""
+    region: str
+    cpus: int
+    memory_gb: float
+    disk_gb: float
+    gpus: tuple[GPUInfo, ...]
+    price_per_hour: float
+    availability: Availability
+    free_gpus: int | None
+    """GPUs no job holds now; None when not known (the host did not answer, an offer)."""
+    held_by: tuple[str, ...]
+    """What runs there now (`task.train`, `x (another project)`), oldest first."""
+    error: str | None = None
+    """Why the host's jobs are not known (unreachable, agent down)."""
+
+
+class Unmatched(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fleet: str | None
+    host: str
+    reason: str
+
+
+class OfferView(BaseModel):
+    """`dstack offer --json`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requirements: str
+    """What was asked for, as `cpu=2.. mem=8GB.. disk=100GB.. gpu=A100:2`."""
+    offers: tuple[OfferRow, ...]
+    """Available first, then cheapest; ties in fleet and host order."""
+    unmatched: tuple[Unmatched, ...]
+    notes: tuple[str, ...]
+    """Providers that could not be asked, and that no cloud offers exist."""
+
+
+def offer_fleets(state: State) -> list[str]:
+    """`local`, then every SSH fleet in state (tainted ones left out: being replaced)."""
+    ssh = [
+        entry.address.split(".", 1)[1]
+        for entry in state.resources.values()
+        if entry.kind == "fleet" and entry.provider == "ssh" and not entry.tainted
+    ]
+    return [LOCAL_FLEET, *ssh]
+
+
+async def list_offers(project: Project, requirements: ResourcesSpec) -> OfferView:
+    """The machines that match `requirements`, with availability; see the module doc."""
+    state = project.backend.read().state
+    deployment = str(project.deployment)
+    rows: list[OfferRow] = []
+    unmatched: list[Unmatched] = []
+    limit = asyncio.Semaphore(PARALLELISM)
+    for fleet in offer_fleets(state):
+        try:
+            found = await project.machines.machines(fleet, state)
+        except DstackPlanError as e:
+            unmatched.append(Unmatched(fleet=fleet, host="", reason=str(e)))
+            continue
+        matching: list[Machine] = []
+        for machine in found:
+            if machine.resources is None:
+                reason = machine.problem or "its resources are not known yet"
+                unmatched.append(Unmatched(fleet=fleet, host=machine.host, reason=reason))
+                continue
+            why = static_mismatch(requirements, machine.resources)
+            if why is not None:
+                unmatched.append(Unmatched(fleet=fleet, host=machine.host, reason=why))
+            else:
+                matching.append(machine)
+
+        async def row(machine: Machine) -> OfferRow:
+            async with limit:
+                return await _host_row(project, machine, state, deployment, requirements)
+
+        rows += await asyncio.gather(*(row(m) for m in matching))
+    cloud, notes = await _provider_offers(requirements, unmatched)
+    ranked = sorted(
+        enumerate([*rows, *cloud]),
+        key=lambda item: (item[1].availability in _LAST, item[1].price_per_hour, item[0]),
+    )
+    return OfferView(
+        requirements=requirements.pretty(),
+        offers=tuple(r for _, r in ranked),
+        unmatched=tuple(unmatched),
+        notes=tuple(notes),
+    )
+
+
+async def _host_row(
+    project: Project, machine: Machine, state: State, deployment: str, req: ResourcesSpec
+) -> OfferRow:
+    assert machine.resources is not None
+    busy: list[BusyJob] | None = None
+    error = machine.problem
+    if error is None:
+        try:
+            agent = await project.machines.agent(machine.fleet, machine.host, state)
+            jobs = await asyncio.wait_for(agent.list_jobs(), HOST_TIMEOUT)
+            busy = busy_jobs(jobs, deployment)
+        except DstackPlanError as e:
+            error = str(e)
+        except asyncio.TimeoutError:
+            error = f"no answer within {HOST_TIMEOUT:g}s"
+    resources = machine.resources
+    held: tuple[str, ...] = ()
+    if busy is None:
+        availability: Availability = "unreachable"
+        free = None
+    else:
+        free = len(resources.gpus) - sum(b.held.gpus for b in busy)
+        held = tuple(dict.fromkeys(b.held.owner for b in busy))
+        if not busy:
+            availability = "idle"
+        else:
+            availability = "available" if free >= gpus_wanted(req.gpu) else "busy"
+    return OfferRow(
+        fleet=machine.fleet,
+        provider=machine.provider,
+        host=machine.host,
+        region=machine.instance.region,
+        price_per_hour=machine.instance.price_per_hour,
+        availability=availability,
+        free_gpus=None if free is None else max(free, 0),
+        held_by=held,
+        error=error,
+        **_resources(resources),
+    )
+
+
+async def _provider_offers(
+    requirements: ResourcesSpec, unmatched: list[Unmatched]
+) -> tuple[list[OfferRow], list[str]]:
+    """The offers of every installed provider whose machines are not fleet hosts."""
+    names = sorted({ep.name for ep in entry_points(group=GROUP)} - HOST_PROVIDERS)
+    if not names:
+        return [], ["no cloud provider is installed: only fleet hosts are listed"]
+    rows: list[OfferRow] = []
+    notes: list[str] = []
+    for name in names:
+        try:
+            provider = provider_class(name)()
+            try:
+                offers = await provider.offers(requirements)
+            finally:
+                await provider.close()
+        except Exception as e:  # noqa: BLE001 - a third-party provider must not sink the list
+            log.warning("provider %s: offers failed", name, exc_info=True)
+            notes.append(f"provider {name}: could not list offers: {e}")
+            continue
+        for offer in offers:
+            why = offer_mismatch(requirements, offer.resources)
+            if why is not None:
+                unmatched.append(Unmatched(fleet=None, host=_offer_name(offer), reason=why))
+                continue
+            rows.append(_offer_row(offer))
+    return rows, notes
+
+
+def _offer_name(offer: Offer) -> str:
+    return f"{offer.provider} {offer.instance_type} ({offer.region})"
+
+
+def _offer_row(offer: Offer) -> OfferRow:
+    return OfferRow(
+        fleet=None,
+        provider=offer.provider,
+        host=offer.instance_type + (" (spot)" if offer.spot else ""),
+        region=offer.region,
+        price_per_hour=offer.price_per_hour,
+        availability=offer.availability,
+        free_gpus=None,
+        held_by=(),
+        **_resources(offer.resources),
+    )
+
+
+def _resources(resources: MachineResources) -> dict[str, Any]:
+    return {
+        "cpus": resources.cpus,
+        "memory_gb": resources.memory_gb,
+        "disk_gb": resources.disk_gb,
+        "gpus": tuple(GPUInfo(name=g.name, memory_mib=g.memory_mib) for g in resources.gpus),
+    }

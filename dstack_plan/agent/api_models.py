@@ -295,3 +295,29 @@ class ConnectionInfo(BaseModel):
     version: str
     agent_id: str
     started_at: float
+
+
+class ProbeListener(BaseModel):
+    """A bandwidth probe's receiving end, open on one host (`POST /bandwidth/listen`)."""
+
+    model_config = _ANSWER
+    id: str
+    address: str
+    """What it is bound to: the host's fleet address, or every address (`bound_all`)."""
+    port: int
+    bound_all: bool = False
+    token: SecretStr
+    """The one-shot token the sender presents first; only the sending agent gets it."""
+
+
+class ProbeMeasure(BaseModel):
+    """One side's measure of a probe: bytes moved, in how long, and the rate."""
+
+    model_config = _ANSWER
+    bytes: int = 0
+    seconds: float = 0.0
+    bytes_per_second: float | None = None
+    status: str = "done"
+    """The receiver's: `listening`, `receiving`, `done` or `failed`."""
+    error: str | None = None
+    peer: str | None = None

@@ -27,6 +27,8 @@ from dstack_plan.agent.api_models import (
     JobSpec,
     JobStatus,
     LogChunk,
+    ProbeListener,
+    ProbeMeasure,
 )
 from dstack_plan.agent.http import (
     Connector,
@@ -367,3 +369,52 @@ class AgentClient:
                     self.host, f"job {job_id} still {info.status.value} after {timeout:g}s"
                 )
             await self._clock.sleep(poll_interval)
+
+    # -- bandwidth probes (agent/bandwidth.py) ----------------------------------------------
+
+    async def _probe_request(self, method: str, path: str, **kwargs: Any) -> Response:
+        try:
+            return await self._request(method, path, **kwargs)
+        except AgentError as e:
+            if e.status == 404 and "no such endpoint" in str(e):
+                raise AgentError(
+                    self.host,
+                    "this agent cannot probe bandwidth (it predates probes); re-apply the "
+                    "fleet to update it",
+                    404,
+                ) from None
+            raise
+
+    async def probe_listen(self, address: str | None, max_bytes: int) -> ProbeListener:
+        """Open a one-shot listener for a bandwidth probe on `address` (this host's fleet
+        address; every address when it is not one of the host's)."""
+        body = {"address": address, "max_bytes": max_bytes}
+        response = await self._probe_request("POST", "/bandwidth/listen", body=body)
+        return ProbeListener.model_validate(response.json())
+
+    async def probe_send(
+        self, to: ProbeListener, address: str, seconds: float, max_bytes: int
+    ) -> ProbeMeasure:
+        """Send to the listener `to` (reached at `address`) for `seconds` or `max_bytes`;
+        the sender's measure."""
+        body = {
+            "address": address,
+            "port": to.port,
+            "token": to.token.get_secret_value(),
+            "seconds": seconds,
+            "max_bytes": max_bytes,
+        }
+        response = await self._probe_request(
+            "POST", "/bandwidth/send", body=body, timeout=self.timeout + seconds + 20
+        )
+        return ProbeMeasure.model_validate(response.json())
+
+    async def probe_result(self, probe_id: str, wait: int = 10) -> ProbeMeasure:
+        """The receiver's measure of probe `probe_id`, once it finished (up to `wait` s)."""
+        response = await self._probe_request(
+            "GET",
+            f"/bandwidth/{quote(probe_id, safe='')}",
+            params={"wait": wait},
+            timeout=self.timeout + wait,
+        )
+        return ProbeMeasure.model_validate(response.json())

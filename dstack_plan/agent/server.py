@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from dstack_plan.agent import bandwidth
 from dstack_plan.agent.app import AgentApp
 from dstack_plan.agent.blobs import BlobError
 from dstack_plan.agent.jobs import ApiError
@@ -50,6 +51,9 @@ _ROUTES: list[Route] = [
     ("POST", re.compile(r"/jobs/(?P<job_id>[^/]+)/activity"), "touch_job"),
     ("GET", re.compile(r"/blobs/(?P<sha256>[^/]+)"), "has_blob"),
     ("PUT", re.compile(r"/blobs/(?P<sha256>[^/]+)"), "put_blob"),
+    ("POST", re.compile(r"/bandwidth/listen"), "bandwidth_listen"),
+    ("POST", re.compile(r"/bandwidth/send"), "bandwidth_send"),
+    ("GET", re.compile(r"/bandwidth/(?P<probe_id>[0-9a-f]+)"), "bandwidth_result"),
 ]
 _STREAMED_BODY = re.compile(r"/blobs/[^/]+")
 """PUT bodies that go to disk as they arrive (`api_put_blob`) instead of into memory."""
@@ -65,6 +69,7 @@ class AgentServer(ThreadingHTTPServer):
     def __init__(self, port: int, app: AgentApp, token: str):
         self.app = app
         self.token = token
+        self.probes = bandwidth.Probes()
         super().__init__((LISTEN_HOST, port), Handler)
 
 
@@ -141,6 +146,10 @@ class Handler(BaseHTTPRequestHandler):
                         "problems": problems,
                     }
                 },
+            )
+        except bandwidth.ProbeError as e:
+            self._send_json(
+                e.status, {"error": {"code": e.code, "message": str(e), "field": e.field}}
             )
         except BlobError as e:
             self._send_json(
@@ -326,6 +335,18 @@ class Handler(BaseHTTPRequestHandler):
             )
         created = self.app.blobs.put(sha256, self.rfile, length)
         self._send_json(201 if created else 200, {"sha256": sha256, "size": length})
+
+    def api_bandwidth_listen(self, query: dict[str, list[str]]) -> None:
+        """Open a one-shot probe listener on this host's fleet address (`bandwidth.py`)."""
+        self._send_json(201, self.server.probes.listen(self._json_body()))
+
+    def api_bandwidth_send(self, query: dict[str, list[str]]) -> None:
+        """Send to another host's probe listener for about a second; answers the rate."""
+        self._send_json(200, bandwidth.send(self._json_body()))
+
+    def api_bandwidth_result(self, query: dict[str, list[str]], probe_id: str) -> None:
+        wait = _query_int(query, "wait", 0, 0, bandwidth.RESULT_WAIT_MAX)
+        self._send_json(200, self.server.probes.result(probe_id, wait))
 
     def api_logs(self, query: dict[str, list[str]], job_id: str) -> None:
         job = self.app.jobs.get(job_id)

@@ -7,6 +7,8 @@ it checks the key it presents against the one first seen (`providers/ssh/pins.py
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -50,12 +52,57 @@ class HostRecord(BaseModel):
     answers again, so none runs twice."""
 
 
+class BandwidthLink(BaseModel):
+    """One probed pair of hosts: `src` sent to `dst` for about a second (`dstack fleet
+    probe`). Unknown (`bytes_per_second` None) when the probe failed, with why."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    src: str
+    dst: str
+    bytes_per_second: float | None = None
+    """What arrived, as the receiver measured it."""
+    sent_bytes_per_second: float | None = None
+    """As the sender measured it (until the receiver had read the last byte)."""
+    bytes: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+class BandwidthRecord(BaseModel):
+    """The measured bandwidth between a fleet's hosts: one link per pair probed, and when."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    measured_at: datetime
+    seconds: float = 1.0
+    """How long each pair was asked to send."""
+    links: tuple[BandwidthLink, ...] = ()
+
+    def matrix(self) -> dict[tuple[str, str], float]:
+        """(src, dst) -> bytes per second of every link measured (unknown ones left out): the
+        input of `scheduler.bandwidth.best_gang`."""
+        return {
+            (link.src, link.dst): link.bytes_per_second
+            for link in self.links
+            if link.bytes_per_second is not None
+        }
+
+    def among(self, hosts: Collection[str]) -> BandwidthRecord | None:
+        """Only the links between `hosts` (the ones still in the fleet); None if none is."""
+        kept = tuple(x for x in self.links if x.src in hosts and x.dst in hosts)
+        return self.model_copy(update={"links": kept}) if kept else None
+
+
 class FleetRecord(BaseModel):
     """All hosts of one SSH fleet, in the order its config lists them."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     hosts: tuple[HostRecord, ...] = ()
+    bandwidth: BandwidthRecord | None = None
+    """The last `dstack fleet probe` (None: never probed). Kept across refreshes and
+    updates for the hosts that stay."""
 
     @classmethod
     def of(cls, entry: ResourceState) -> FleetRecord:
@@ -67,7 +114,13 @@ class FleetRecord(BaseModel):
                 hosts.append(HostRecord.model_validate(raw))
             except ValidationError:
                 continue  # hand-edited or from another version: refresh fills it again
-        return cls(hosts=tuple(hosts))
+        bandwidth = None
+        if isinstance(entry.attributes.get("bandwidth"), dict):
+            try:
+                bandwidth = BandwidthRecord.model_validate(entry.attributes["bandwidth"])
+            except ValidationError:
+                pass  # unreadable: as if never probed (`dstack fleet probe` measures again)
+        return cls(hosts=tuple(hosts), bandwidth=bandwidth)
 
     def by_name(self) -> dict[str, HostRecord]:
         return {h.name: h for h in self.hosts}
@@ -80,5 +133,36 @@ class FleetRecord(BaseModel):
         """`active` when every host answered, else `degraded`."""
         return "degraded" if any(h.problem for h in self.hosts) else "active"
 
+    def with_bandwidth_of(self, old: FleetRecord) -> FleetRecord:
+        """This record with `old`'s measured bandwidth between the hosts this one has."""
+        if old.bandwidth is None:
+            return self
+        kept = old.bandwidth.among({h.name for h in self.hosts})
+        return self.model_copy(update={"bandwidth": kept})
+
     def to_attributes(self) -> dict[str, Any]:
-        return {"hosts": [h.model_dump(mode="json") for h in self.hosts]}
+        attributes: dict[str, Any] = {"hosts": [h.model_dump(mode="json") for h in self.hosts]}
+        if self.bandwidth is not None:  # absent when never probed: older readers see nothing new
+            attributes["bandwidth"] = self.bandwidth.model_dump(mode="json")
+        return attributes
+
+
+def host_labels(entry: ResourceState) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The labels each host of the SSH fleet `entry` records carries, by host name, as its
+    applied configuration gives them (`hosts: [{hostname, labels}]`); a value given alone
+    is a list of one. Relabelling a host updates the fleet in place: no host is touched."""
+    from dstack_plan.config.fleet import FleetSpec  # only projects with fleets load it
+    from dstack_plan.plan.normalize import spec_from_normalized
+
+    spec = spec_from_normalized("fleet", dict(entry.spec))
+    if not isinstance(spec, FleetSpec) or spec.ssh_config is None:
+        return {}
+    config = spec.ssh_config
+    return {
+        config.host_name(host): {
+            key: (value,) if isinstance(value, str) else tuple(value)
+            for key, value in host.labels.items()
+        }
+        for host in config.hosts
+        if host.labels
+    }

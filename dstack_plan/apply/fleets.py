@@ -85,6 +85,7 @@ class FleetHandler(ResourceHandler):
         record = await self._provision(
             name, config, FleetRecord(hosts=tuple(kept.values())), change.address, ctx
         )
+        record = record.with_bandwidth_of(old)  # pairs of new hosts: `dstack fleet probe`
         return Outcome(record.status, record.to_attributes())
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
@@ -95,6 +96,7 @@ class FleetHandler(ResourceHandler):
         provider = self._kept(current)
         found = await provider.refresh(_as_recorded(provider.host_instances(name), old))
         record = _record(provider, name, config, found, old, provider.policy.store)
+        record = record.with_bandwidth_of(old)
         return Refreshed(status=record.status, attributes=record.to_attributes())
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:

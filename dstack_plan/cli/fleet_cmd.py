@@ -10,7 +10,7 @@ from dstack_plan.cli import common
 
 app = typer.Typer(
     name="fleet",
-    help="Work with fleets (list, add-host, trust).",
+    help="Work with fleets (list, add-host, trust, probe).",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
@@ -131,3 +131,54 @@ def trust(
         raise typer.Exit(1)
     lines.append(f"Pinned its key {now.host_key_fingerprint}.")
     print_lines(lines)
+
+
+@app.command("probe")
+def probe(
+    fleet: str = typer.Argument(..., help="Fleet name (the NAME of fleet.NAME)."),
+    seconds: float = typer.Option(1.0, "--seconds", help="How long each pair sends (at most 5)."),
+    parallelism: int = typer.Option(
+        4, "--parallelism", help="Most pairs probed at once (never two with the same host)."
+    ),
+    directory: Path = typer.Option(Path("."), "--dir", help="Project directory."),
+    state: str = common.StateOpt,
+    as_json: bool = common.JsonOpt,
+) -> None:
+    """Measure the TCP bandwidth between every pair of the fleet's hosts; record it in state.
+
+    The hosts' agents talk to each other directly: one listens on its fleet address, the other
+    sends to it for about a second. A pair that fails is recorded `unknown` with the reason
+    (the command still succeeds). `dstack fleet list --json` shows the matrix; the gang choice
+    (`scheduler/bandwidth.py`) reads it; `dstack watch` exports it as a metric.
+    """
+    from dstack_plan.cli.output import print_json, print_lines
+    from dstack_plan.inspect.probe import link_rows, probe_fleet, record_bandwidth
+
+    project = common.make_project(directory, [], state)
+
+    async def work(p):  # noqa: ANN001, ANN202 - Project, imported lazily
+        current = p.backend.read().state
+        machines = await p.machines.machines(fleet, current)
+        if len(machines) < 2:
+            return len(machines), None
+        record = await probe_fleet(
+            p.machines, fleet, current, p.clock, seconds=seconds, parallelism=parallelism
+        )
+        await record_bandwidth(p.backend, fleet, record, p.clock)
+        return len(machines), record
+
+    count, record = common.run_with(project, work)
+    if as_json:
+        data = record.model_dump(mode="json") if record is not None else None
+        print_json({"fleet": fleet, "hosts": count, "bandwidth": data})
+        return
+    if record is None:
+        print_lines([f"fleet.{fleet} has {count} host(s): no pair to probe."])
+        return
+    rows = [["SRC", "DST", "BANDWIDTH", "PROBLEM"], *link_rows(record)]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    when = record.measured_at.strftime("%Y-%m-%d %H:%M:%S")
+    print_lines(
+        [line.rstrip() for line in lines] + [f"Recorded in fleet.{fleet} (measured {when} UTC)."]
+    )

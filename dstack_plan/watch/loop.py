@@ -141,6 +141,7 @@ class Watcher:
             fleets=_fleets(after),
             queue_depth=sum(1 for r in _runs(after).values() if r.status == "pending"),
             retries=retries,
+            bandwidth=_bandwidth(after),
         )
         for reporter in self.reporters:
             reporter(report, changes)
@@ -212,6 +213,18 @@ def _jobs(state: State) -> list[JobSeen]:
         for job in RunRecord.of(run).jobs:
             seen.append(JobSeen(address=address, job_id=job.id, host=job.host, status=job.status))
     return seen
+
+
+def _bandwidth(state: State) -> tuple[tuple[str, str, str, float], ...]:
+    from dstack_plan.apply.fleet_records import FleetRecord
+
+    links = []
+    for entry in state.resources.values():
+        record = FleetRecord.of(entry) if entry.kind == "fleet" else None
+        if record is not None and record.bandwidth is not None:
+            for (src, dst), rate in record.bandwidth.matrix().items():
+                links.append((entry.name, src, dst, rate))
+    return tuple(links)
 
 
 def _fleets(state: State) -> dict[str, dict[str, int]]:

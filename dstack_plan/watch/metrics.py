@@ -114,6 +114,8 @@ class _Snapshot:
     gpu_memory_used: dict[tuple[str, str], float] = field(default_factory=dict)
     network: dict[tuple[str, str], float] = field(default_factory=dict)
     """(host, direction) -> bytes per second between the last two ticks that read it."""
+    bandwidth: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    """(fleet, src, dst) -> bytes per second `dstack fleet probe` measured (from state)."""
 
 
 class _SnapshotCollector(Collector):
@@ -169,6 +171,12 @@ class _SnapshotCollector(Collector):
             "Bytes per second through the host's interfaces between the last two ticks",
             s.network.items(),
             ("host", "direction"),
+        )
+        yield _gauge(
+            "dstack_host_bandwidth_bytes_per_second",
+            "TCP throughput from src to dst as `dstack fleet probe` last measured it",
+            s.bandwidth.items(),
+            ("fleet", "src", "dst"),
         )
 
 
@@ -284,6 +292,7 @@ class WatchMetrics:
             gpu_utilization=utilization,
             gpu_memory_used=memory_used,
             network=network,
+            bandwidth={(f, src, dst): rate for f, src, dst, rate in report.bandwidth},
         )
 
     def _rates(self, host: str, now: float, reading: HostReading) -> dict[str, float]:

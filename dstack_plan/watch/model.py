@@ -50,3 +50,6 @@ class TickReport(_Frozen):
     """Runs waiting to be placed (pending)."""
     retries: int = 0
     """Jobs or runs resubmitted by this tick."""
+    bandwidth: tuple[tuple[str, str, str, float], ...] = ()
+    """(fleet, src, dst, bytes per second) of every link `dstack fleet probe` measured, as
+    state records them."""

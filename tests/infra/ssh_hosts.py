@@ -120,6 +120,7 @@ class SSHTestHosts:
         _ip("link", "add", BRIDGE, "type", "bridge")
         _ip("addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
         _ip("link", "set", BRIDGE, "up")
+        _forward_on_bridge(True)
         for host in self.hosts.values():
             _ip("netns", "add", host.netns)
             _ip("-n", host.netns, "link", "set", "lo", "up")
@@ -304,7 +305,21 @@ class SSHTestHosts:
         for host in self.hosts.values():
             _ip("link", "del", f"v{host.netns}"[:15], check=False)
         _ip("link", "del", BRIDGE, check=False)
+        _forward_on_bridge(False)
         _ip("route", "del", "unreachable", INNER_NET, check=False)
+
+
+def _forward_on_bridge(allow: bool) -> None:
+    """Let the hosts reach each other across the bridge (bandwidth probes, multi-node runs):
+    where br_netfilter is loaded (dockerd loads it), bridged packets go through iptables'
+    FORWARD chain, whose policy dockerd sets to DROP."""
+    if shutil.which("iptables") is None:
+        return
+    rule = ["FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT"]
+    while subprocess.run(["iptables", "-D", *rule], capture_output=True).returncode == 0:
+        pass  # leftovers of a killed run
+    if allow:
+        subprocess.run(["iptables", "-I", *rule], check=True, capture_output=True)
 
 
 def _keygen(path: Path) -> None:

@@ -47,6 +47,7 @@ def exposed() -> dict[str, set[str]]:
                 fleets={"f": {"busy": 1}},
                 queue_depth=1,
                 retries=1,
+                bandwidth=(("f", "h", "h2", 1e9),),
             )
         )
     names: dict[str, set[str]] = {}

@@ -1,0 +1,75 @@
+"""`dstack fleet probe` on a real SSH fleet: agents in network namespaces send to each other
+over the hosts' own network (10.213.k.0/24); the matrix lands in state, `fleet list --json`,
+refreshes and watch's metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import Dstack
+from tests.e2e.test_ssh_fleet import agents_running, write_fleet
+from tests.infra.ssh_hosts import SSHTestHosts
+
+pytestmark = pytest.mark.ssh
+
+
+@pytest.fixture
+def remote(tmp_path: Path, cli_env: dict[str, str]) -> Path:
+    cli_env["HOME"] = str(tmp_path / "home")
+    cli_env["DSTACK_PLAN_SSH_AGENT_DIR"] = str(tmp_path / "remote")
+    return tmp_path / "remote"
+
+
+def test_fleet_probe_measures_every_pair_and_records_it(
+    dstack: Dstack, tmp_path: Path, ssh_hosts: SSHTestHosts, remote: Path
+) -> None:
+    h1, h2, h3 = (ssh_hosts[n].address for n in ("h1", "h2", "h3"))
+    write_fleet(tmp_path / "project", ssh_hosts, "h1", "h2", "h3")
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    try:
+        ssh_hosts.cut_off("h3")  # no SSH to h3: its pairs are unknown, the command succeeds
+        try:
+            probed = dstack("fleet", "probe", "onprem", "--seconds", "0.5", "--json")
+        finally:
+            ssh_hosts.start("h3")
+        assert probed.returncode == 0, probed.stdout + probed.stderr
+        links = {(x["src"], x["dst"]): x for x in json.loads(probed.stdout)["bandwidth"]["links"]}
+        assert set(links) == {(h1, h2), (h1, h3), (h2, h3)}
+        fast = links[(h1, h2)]
+        assert fast["error"] is None and fast["bytes_per_second"] > 0 and fast["bytes"] > 0
+        assert fast["sent_bytes_per_second"] > 0
+        print(f"\n{h1} -> {h2}: {fast['bytes_per_second'] / 1e9:.2f} GB/s")
+        for pair in ((h1, h3), (h2, h3)):
+            assert links[pair]["bytes_per_second"] is None and h3 in links[pair]["error"]
+
+        listed = dstack("fleet", "list", "onprem", "--json")
+        assert listed.returncode == 0, listed.stderr
+        recorded = json.loads(listed.stdout)["fleets"][0]["bandwidth"]
+        assert recorded["measured_at"] and recorded["seconds"] == 0.5
+        assert [x["bytes_per_second"] for x in recorded["links"]][0] == fast["bytes_per_second"]
+
+        # a refresh (plan) keeps the matrix: it is a fact of the hosts, not of the last check
+        assert dstack("plan", "--detailed-exitcode").returncode == 0
+        human = dstack("fleet", "probe", "onprem", "--seconds", "0.2")
+        assert human.returncode == 0, human.stdout + human.stderr
+        assert "GB/s" in human.stdout and "Recorded in fleet.onprem" in human.stdout
+        out = tmp_path / "metrics.prom"
+        ticked = dstack("watch", "--once", "--metrics-file", str(out))
+        assert ticked.returncode == 0, ticked.stdout + ticked.stderr
+        samples = {
+            (s.labels["src"], s.labels["dst"]): s.value
+            for family in text_string_to_metric_families(out.read_text())
+            for s in family.samples
+            if s.name == "dstack_host_bandwidth_bytes_per_second"
+        }
+        assert set(samples) == {(h1, h2), (h1, h3), (h2, h3)}  # h3 answers again
+        assert all(v > 0 for v in samples.values())
+        assert json.loads(dstack("fleet", "list", "--json").stdout)["fleets"][0]["bandwidth"]
+    finally:
+        assert dstack("destroy", "-y").returncode == 0
+    assert agents_running(remote) == set()

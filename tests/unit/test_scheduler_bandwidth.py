@@ -1,0 +1,170 @@
+"""Bandwidth: the gang choice (`scheduler/bandwidth.py`), probe rounds, the matrix as state
+keeps it (`FleetRecord.bandwidth`), and its metric in watch."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from itertools import combinations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from dstack_plan.apply.fleet_records import (
+    BandwidthLink,
+    BandwidthRecord,
+    FleetRecord,
+    HostRecord,
+)
+from dstack_plan.inspect.probe import pair_rounds
+from dstack_plan.scheduler.bandwidth import EXACT_LIMIT, best_gang
+from dstack_plan.state.model import ResourceState, State
+from dstack_plan.watch.loop import _bandwidth
+from dstack_plan.watch.metrics import WatchMetrics
+from dstack_plan.watch.model import TickReport
+
+GB = 1e9
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+def test_the_gang_takes_the_faster_pair() -> None:
+    matrix = {("a", "b"): 1 * GB, ("a", "c"): 1 * GB, ("b", "c"): 10 * GB}
+    choice = best_gang(["a", "b", "c"], 2, matrix)
+    assert choice is not None
+    assert choice.hosts == ("b", "c") and choice.min_bytes_per_second == 10 * GB
+    assert choice.exact
+
+
+def test_the_slowest_link_decides_not_the_sum() -> None:
+    # {a,b,c}: links 100, 100, 1 (sum 201); {a,b,d}: 100, 5, 5 (sum 110): the min wins
+    matrix = {("a", "b"): 100.0, ("a", "c"): 100.0, ("b", "c"): 1.0}
+    matrix |= {("a", "d"): 5.0, ("b", "d"): 5.0, ("c", "d"): 1.0}
+    choice = best_gang(["a", "b", "c", "d"], 3, matrix)
+    assert choice is not None and choice.hosts == ("a", "b", "d")
+    assert choice.min_bytes_per_second == 5.0
+
+
+def test_a_link_is_the_slower_of_its_two_directions_and_unknown_ranks_last() -> None:
+    matrix = {("a", "b"): 10 * GB, ("b", "a"): 1 * GB, ("c", "d"): 2 * GB}
+    choice = best_gang(["a", "b", "c", "d"], 2, matrix)
+    assert choice is not None and choice.hosts == ("c", "d")
+    # a pair never measured loses to any measured one, and says it is unknown
+    choice = best_gang(["x", "a", "b"], 2, {("a", "b"): 1.0})
+    assert choice is not None and choice.hosts == ("a", "b")
+    unknown = best_gang(["x", "y"], 2, {})
+    assert unknown is not None and unknown.min_bytes_per_second is None
+
+
+def test_rates_within_the_tolerance_leave_the_callers_order_to_decide() -> None:
+    # 9.6 and 9.9 GB/s are the same link as far as probes can tell: the first candidates win
+    matrix = {("a", "b"): 9.6 * GB, ("c", "d"): 9.9 * GB}
+    hosts = ["a", "b", "c", "d"]
+    choice = best_gang(hosts, 2, matrix | {(x, y): 9.6 * GB for x, y in combinations(hosts, 2)})
+    assert choice is not None and choice.hosts == ("a", "b")
+    strict = best_gang(hosts, 2, matrix, tolerance=0.001)
+    assert strict is not None and strict.hosts == ("c", "d")
+
+
+def test_too_few_candidates_is_none_and_one_node_needs_no_matrix() -> None:
+    assert best_gang(["a", "b"], 3, {}) is None
+    assert best_gang(["a", "a", "a"], 2, {}) is None  # distinct hosts only
+    single = best_gang(["b", "a"], 1, {})
+    assert single is not None and single.hosts == ("b",)
+
+
+def test_a_large_fleet_goes_greedy_and_still_finds_the_fast_island() -> None:
+    hosts = [f"h{i:03d}" for i in range(200)]
+    matrix = {(a, b): 1 * GB for a, b in combinations(hosts, 2)}
+    island = ["h013", "h077", "h150", "h199"]
+    matrix |= {(a, b): 20 * GB for a, b in combinations(island, 2)}
+    choice = best_gang(hosts, 4, matrix)
+    assert choice is not None and not choice.exact
+    assert choice.hosts == tuple(island) and choice.min_bytes_per_second == 20 * GB
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(2, 7),
+    size=st.integers(1, 4),
+    rates=st.lists(st.one_of(st.none(), st.integers(1, 6)), min_size=21, max_size=21),
+)
+def test_exact_choice_is_the_best_min_over_all_combinations(
+    n: int, size: int, rates: list[int | None]
+) -> None:
+    hosts = [f"n{i}" for i in range(n)]
+    matrix = {
+        pair: float(10**rate)
+        for pair, rate in zip(combinations(hosts, 2), rates, strict=False)
+        if rate is not None
+    }
+    choice = best_gang(hosts, size, matrix)
+    if size > n:
+        assert choice is None
+        return
+    assert choice is not None and len(set(choice.hosts)) == size
+    assert choice == best_gang(list(hosts), size, dict(matrix))  # deterministic
+
+    def worst(group: tuple[str, ...]) -> float:
+        return min((matrix.get(p, 0.0) for p in combinations(group, 2)), default=0.0)
+
+    assert worst(choice.hosts) == max(worst(g) for g in combinations(hosts, size))
+    assert EXACT_LIMIT > 35  # every case here is exact
+
+
+def test_probe_rounds_cover_each_pair_once_and_never_a_host_twice_in_a_round() -> None:
+    for count in range(0, 12):
+        rounds = pair_rounds(count)
+        pairs = [p for r in rounds for p in r]
+        assert sorted(pairs) == list(combinations(range(count), 2))
+        for r in rounds:
+            used = [h for p in r for h in p]
+            assert len(used) == len(set(used))
+        assert len(rounds) == (0 if count < 2 else count - 1 + count % 2)
+
+
+def _probed(*hosts: str) -> ResourceState:
+    links = (
+        BandwidthLink(src="h1", dst="h2", bytes_per_second=2 * GB, sent_bytes_per_second=2 * GB),
+        BandwidthLink(src="h1", dst="h3", error="cannot connect to h3:1234: refused"),
+        BandwidthLink(src="h2", dst="h3", bytes_per_second=1 * GB),
+    )
+    record = FleetRecord(
+        hosts=tuple(HostRecord(name=h, hostname=h, status="idle") for h in hosts),
+        bandwidth=BandwidthRecord(measured_at=NOW, links=links),
+    )
+    return ResourceState.create(
+        "fleet.onprem",
+        provider="ssh",
+        spec={},
+        status="active",
+        now=NOW,
+        attributes=record.to_attributes(),
+    )
+
+
+def test_the_matrix_reads_back_from_state_and_keeps_only_the_hosts_that_stay() -> None:
+    record = FleetRecord.of(_probed("h1", "h2", "h3"))
+    assert record.bandwidth is not None and record.bandwidth.measured_at == NOW
+    assert record.bandwidth.matrix() == {("h1", "h2"): 2 * GB, ("h2", "h3"): 1 * GB}
+    assert record.bandwidth.links[1].error == "cannot connect to h3:1234: refused"
+    smaller = FleetRecord(hosts=record.hosts[1:]).with_bandwidth_of(record)  # h1 removed
+    assert smaller.bandwidth is not None
+    assert smaller.bandwidth.matrix() == {("h2", "h3"): 1 * GB}
+    # never probed: the attributes are what they were before probes existed
+    assert "bandwidth" not in FleetRecord(hosts=record.hosts).to_attributes()
+
+
+def test_watch_exports_each_measured_link_from_state() -> None:
+    state = State(lineage=str(uuid.uuid4()), resources={"fleet.onprem": _probed("h1", "h2")})
+    links = _bandwidth(state)
+    assert sorted(links) == [("onprem", "h1", "h2", 2 * GB), ("onprem", "h2", "h3", 1 * GB)]
+    metrics = WatchMetrics()
+    metrics.observe(TickReport(started_at=0.0, duration_s=0.1, leader=True, bandwidth=links))
+    found = {
+        (s.labels["fleet"], s.labels["src"], s.labels["dst"]): s.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for s in family.samples
+        if s.name == "dstack_host_bandwidth_bytes_per_second"
+    }
+    assert found == {("onprem", "h1", "h2"): 2 * GB, ("onprem", "h2", "h3"): 1 * GB}

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dstack_plan.cli import common
+from dstack_plan.cli.plan_cmd import LabelOpt, labels_of
 
 if TYPE_CHECKING:
     from dstack_plan.cli.output import Line
@@ -27,6 +28,7 @@ def apply(
     target: list[str] = common.TargetOpt,
     replace: list[str] = common.ReplaceOpt,
     allow_destroy: list[str] = common.AllowDestroyOpt,
+    label: list[str] = LabelOpt,
     auto_approve: bool = ApproveOpt,
     interactive: bool = InputOpt,
     parallelism: int = ParallelismOpt,
@@ -57,6 +59,13 @@ def apply(
     run_args = shlex.join(ctx.meta.get(RUN_ARGS, []))
     project = common.make_project(directory, files, state, run_args=run_args)
     project.force = force
+    if saved and label:
+        from dstack_plan.errors import PlanError
+
+        raise PlanError(
+            "--label cannot be used with a saved plan: it holds the labels it was made with"
+        )
+    project.labels = labels_of(label)
     if not saved:
         common.require_configuration(project)
     options = PlanOptions(

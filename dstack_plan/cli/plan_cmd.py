@@ -9,6 +9,33 @@ import typer
 from dstack_plan.cli import common
 
 
+def _labels(values: list[str]) -> list[str]:
+    from dstack_plan.config.label_options import parse_label
+
+    for value in values:
+        try:
+            parse_label(value)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    return values
+
+
+LabelOpt = typer.Option(
+    [],
+    "--label",
+    metavar="KEY=VALUE",
+    callback=_labels,
+    help="Require hosts labelled KEY=VALUE for every run (repeatable; kept in a saved plan).",
+)
+
+
+def labels_of(values: list[str]) -> dict[str, str]:
+    """The `--label` options as a mapping (a key given twice takes its last value)."""
+    from dstack_plan.config.label_options import parse_label
+
+    return dict(parse_label(v) for v in values)
+
+
 def plan(
     directory: Path = common.DirArg,
     files: list[str] = common.FilesOpt,
@@ -16,6 +43,7 @@ def plan(
     target: list[str] = common.TargetOpt,
     replace: list[str] = common.ReplaceOpt,
     allow_destroy: list[str] = common.AllowDestroyOpt,
+    label: list[str] = LabelOpt,
     destroy: bool = typer.Option(False, "--destroy", help="Plan to destroy everything."),
     out: str = typer.Option(None, "-out", "--out", help="Save the plan to FILE for apply."),
     as_json: bool = common.JsonOpt,
@@ -29,6 +57,7 @@ def plan(
     from dstack_plan.plan.planner import PlanOptions
 
     project = common.make_project(directory, files, state)
+    project.labels = labels_of(label)
     if not destroy:
         common.require_configuration(project)
     options = PlanOptions(

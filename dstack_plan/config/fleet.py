@@ -17,6 +17,7 @@ from dstack_plan.config.base import (
     Strict,
 )
 from dstack_plan.config.env import Env
+from dstack_plan.config.labels import HostLabelValues
 from dstack_plan.config.profile import PlacementParams
 from dstack_plan.config.resources import ResourcesSpec
 
@@ -152,6 +153,8 @@ class SSHHost(Shorthand):
     internal_ip: Annotated[str | None, AfterValidator(_private_ip)] = None
     ssh_key: SSHKey | None = None
     blocks: Annotated[Blocks, AfterValidator(_one_block_at_least)] = 1
+    labels: HostLabelValues | None = None
+    """Extension: labels runs may require (`rack`, `zone`, `near`...); see `config/labels.py`."""
 
     @model_validator(mode="before")
     @classmethod

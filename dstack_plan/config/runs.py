@@ -16,6 +16,7 @@ from dstack_plan.config.base import (
     is_stored,
 )
 from dstack_plan.config.env import Env
+from dstack_plan.config.labels import Near, RunLabels
 from dstack_plan.config.profile import EntityRef, ProfileParams
 from dstack_plan.config.python_version import PythonVersion
 from dstack_plan.config.ranges import CountRange
@@ -71,6 +72,10 @@ class RunSpec(ResourceSpec, ProfileParams):
     """Deprecated: use `commands` / `init`."""
     home_dir: str | None = None
     """Deprecated."""
+    labels: RunLabels | None = None
+    """Extension: host labels every job's host must carry (`config/labels.py`)."""
+    near: Near | None = None
+    """Extension: prefer hosts labelled `near` this storage (a preference, not a requirement)."""
 
     # dstack's parser reads null as "not set" only where its own field is optional
     null_kept: ClassVar[frozenset[str]] = frozenset(

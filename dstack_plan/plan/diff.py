@@ -66,5 +66,10 @@ def _hosts_by_endpoint(ssh: Any) -> dict[tuple[Any, Any], Any]:
 
 
 def _only_hosts_added_or_removed(old: dict[Any, Any], new: dict[Any, Any]) -> bool:
-    """SSH fleet hosts may come and go in place; changing a kept host's settings may not."""
-    return all(old[key] == new[key] for key in old.keys() & new.keys())
+    """SSH fleet hosts may come and go in place; changing a kept host's settings may not,
+    except its `labels` (they only steer placement: no host is touched)."""
+    return all(_unlabelled(old[key]) == _unlabelled(new[key]) for key in old.keys() & new.keys())
+
+
+def _unlabelled(host: Any) -> Any:
+    return {k: v for k, v in host.items() if k != "labels"} if isinstance(host, dict) else host

@@ -6,7 +6,7 @@ Everything the CLI does goes through `Project`; the CLI only parses flags and re
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,7 @@ from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.config.interpolation import referenced_secrets
 from dstack_plan.config.kinds import RUN_KINDS
+from dstack_plan.config.label_options import with_run_labels
 from dstack_plan.config.loader import load_project, start_loading
 from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.runs import RunSpec
@@ -86,6 +87,7 @@ class Project:
         clock: Clock | None = None,
         run_args: str = "",
         progress: Callable[[str, str], None] | None = None,
+        labels: Mapping[str, str] | None = None,
     ):
         self.directory = Path(directory)
         self.files = files
@@ -101,6 +103,9 @@ class Project:
         """Every fleet's machines and agents, for runs; one SSH connection per host."""
         self.deployment = Deployment(self.backend)  # keyed by lineage, read when needed
         self._progress = progress or (lambda address, message: None)
+        self.labels: dict[str, str] = dict(labels or {})
+        """`--label KEY=VALUE`: added to every run's `labels:` when the configuration loads
+        (`config/labels.py`), so the plan, a saved plan and state hold them."""
         self.force = False
         """`apply --force`: drain SSH hosts that leave their fleet instead of refusing."""
         self._desired: Desired | None = None
@@ -111,7 +116,8 @@ class Project:
 
     def load(self) -> Desired:
         if self._desired is None:
-            self._desired = load_project(self.directory, self.files, stdin=self.stdin)
+            loaded = load_project(self.directory, self.files, stdin=self.stdin)
+            self._desired = with_run_labels(loaded, self.labels)
         return self._desired
 
     def desired_items(self) -> list[DesiredItem]:
@@ -319,7 +325,7 @@ class Project:
         except BaseException:
             loading.cancel()
             raise
-        self._desired = loading.finish()
+        self._desired = with_run_labels(loading.finish(), self.labels)
         return snapshot
 
     def _state_read_cost(self) -> int:
@@ -386,7 +392,9 @@ class Project:
         deployment = str(self.deployment)
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
-            return place_on_fleet(runs, load.candidates, load.busy, deployment)
+            return place_on_fleet(
+                runs, load.candidates, load.busy, deployment, load.labels, load.bandwidth
+            )
         note = f"pending: no host of fleet {fleet!r} can take jobs now ({load.why_none()})"
         provider = "ssh" if fleet != LOCAL_FLEET else LOCAL_PROVIDER
         waiting = Placement(fleet=fleet, provider=provider, placed=False, pending=True, note=note)

@@ -1,7 +1,8 @@
 """What the machines of a fleet hold now, asked of their agents: the scheduler's candidates.
 
 Plan and apply place runs from the same inputs: every machine that can take jobs (its
-resources known, its last check passed, its agent answering now) with the jobs on it. One job
+resources known, its last check passed, its agent answering now) with the jobs on it and the
+labels it carries (`scheduler/labels.py`: which runs may use it, which prefer it). One job
 listing per machine, all machines side by side.
 """
 
@@ -10,10 +11,12 @@ from __future__ import annotations
 import asyncio
 from typing import NamedTuple
 
+from dstack_plan.apply.fleet_records import FleetRecord, host_labels
 from dstack_plan.apply.host_load import BusyJob, busy_jobs
 from dstack_plan.apply.machines import FleetMachines, Machine
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.providers.local import LOCAL_FLEET
+from dstack_plan.scheduler.labels import Labels, machine_labels
 from dstack_plan.scheduler.placement import Candidate
 from dstack_plan.state.model import State
 
@@ -27,6 +30,10 @@ class FleetLoad(NamedTuple):
     """Host name -> why it cannot take jobs now (unreachable, agent down)."""
     machines: dict[str, Machine]
     """The candidates' machines, by host name (what a placement's hosts name)."""
+    labels: dict[str, Labels] = {}
+    """The candidates' labels, by host name: their host entries' and `gpu.model`."""
+    bandwidth: dict[tuple[str, str], float] = {}
+    """The fleet's links as `dstack fleet probe` last measured them: (src, dst) -> bytes/s."""
 
     def why_none(self) -> str:
         """Why the fleet has no candidate, per host."""
@@ -55,6 +62,11 @@ async def fleet_load(
     candidates: list[Candidate] = []
     busy: dict[str, list[BusyJob]] = {}
     answering: dict[str, Machine] = {}
+    labels: dict[str, Labels] = {}
+    entry = state.get(f"fleet.{fleet}") if fleet != LOCAL_FLEET else None
+    given = host_labels(entry) if entry is not None and entry.provider == "ssh" else {}
+    measured = FleetRecord.of(entry).bandwidth if entry is not None else None
+    bandwidth = measured.matrix() if measured is not None else {}
     for machine, jobs in await asyncio.gather(*(listing(m) for m in usable)):
         if isinstance(jobs, str):
             problems[machine.host] = jobs
@@ -65,4 +77,5 @@ async def fleet_load(
         )
         busy[machine.host] = jobs
         answering[machine.host] = machine
-    return FleetLoad(candidates, busy, problems, answering)
+        labels[machine.host] = machine_labels(machine.resources, given.get(machine.host, {}))
+    return FleetLoad(candidates, busy, problems, answering, labels, bandwidth)

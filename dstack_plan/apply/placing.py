@@ -3,8 +3,9 @@ jobs on each of the fleet's hosts, and its decisions as the plan's placements. P
 caller asks the agents.
 
 Runs the plan keeps as they are come first: what they hold, they keep. Then the runs it starts
-(creates, replaces, scales), in configuration order, each seeing what the earlier ones will
-take, so two new runs never count on the same GPUs or port.
+(creates, replaces, scales), higher `priority` first and in configuration order among equals,
+each seeing what the earlier ones will take, so two new runs never count on the same GPUs or
+port, and an important run is not crowded out by a less important one of the same batch.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dstack_plan.apply.host_load import BusyJob
 from dstack_plan.apply.jobs import job_demands
 from dstack_plan.config.runs import RunSpec, TaskSpec
 from dstack_plan.plan.model import Placement
+from dstack_plan.scheduler.labels import Labels, Wants, choose
 from dstack_plan.scheduler.matching import gpus_wanted
 from dstack_plan.scheduler.placement import PORTS, Candidate, Decision, HostJob, place
 
@@ -50,16 +52,19 @@ def place_on_fleet(
     hosts: Sequence[Candidate],
     busy: Mapping[str, Sequence[BusyJob]],
     deployment: str | None,
+    labels: Mapping[str, Labels] | None = None,
+    bandwidth: Mapping[tuple[str, str], float] | None = None,
 ) -> FleetPlacements:
-    """Placements for `runs` on one fleet's `hosts` (at least one; in the order first fit
-    tries them), given the jobs `busy` on each now, by host name. The jobs of `deployment`,
-    this project's state, are told apart by run name: a run's own jobs do not count against
-    it (None: every job counts, as when a scale-up adds to what a run holds)."""
+    """Placements for `runs` on one fleet's `hosts` (at least one; ties between equally good
+    hosts go by host name), given the jobs `busy` on each now, by host name. The jobs of
+    `deployment`, this project's state, are told apart by run name: a run's own jobs do not
+    count against it (None: every job counts, as when a scale-up adds to what a run holds).
+    `bandwidth`: the fleet's measured links, (src, dst) -> bytes/s; gangs prefer the best."""
     placements: dict[str, Placement] = {}
     never: list[str] = []
     planned: dict[str, list[HostJob]] = {h.host: [] for h in hosts}
     started: set[str] = set()
-    for run in sorted(runs, key=lambda r: r.starts):  # stable: kept runs first
+    for run in sorted(runs, key=_order):  # stable: kept runs, then by priority
         mine = {run.name} | started  # the run's own jobs, and those replaced by `planned`
         candidates = [
             host._replace(
@@ -68,10 +73,12 @@ def place_on_fleet(
             for host in hosts
         ]
         demands = job_demands(run.spec, run.replicas)
-        decision = place(
-            demands,
+        distinct = isinstance(run.spec, TaskSpec) and run.spec.node_count() > 1
+        decision = choose(  # only hosts with the labels the run requires (`labels`, by host)
+            lambda eligible: place(demands, eligible, distinct, bandwidth=bandwidth),  # noqa: B023
             candidates,
-            distinct=isinstance(run.spec, TaskSpec) and run.spec.node_count() > 1,
+            Wants.of(run.spec),
+            labels or {},
         )
         placements[run.address] = _placement(hosts, decision)
         if not run.starts:
@@ -85,6 +92,11 @@ def place_on_fleet(
                 held = HostJob(run.address, gpus_wanted(demand.resources.gpu), demand.ports)
                 planned[chosen.host].append(held)
     return FleetPlacements(placements, never)
+
+
+def _order(run: HostRun) -> tuple[bool, int]:
+    """Kept runs first (they hold what they have), then the started ones by priority."""
+    return (run.starts, -run.spec.priority if run.starts else 0)
 
 
 def _others(busy: Sequence[BusyJob], mine: set[str], deployment: str | None) -> list[HostJob]:

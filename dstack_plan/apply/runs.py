@@ -298,7 +298,9 @@ class RunHandler(ResourceHandler):
         run = HostRun(address, address.split(".", 1)[1], spec, starts=True, replicas=replicas)
         # a scale-up adds to what the run holds: its own jobs count as busy then
         deployment = None if replicas is not None else self.deployment
-        placement = place_on_fleet([run], load.candidates, load.busy, deployment).placements
+        placement = place_on_fleet(
+            [run], load.candidates, load.busy, deployment, load.labels, load.bandwidth
+        ).placements
         if not placement[address].placed:
             error = NoCapacity if placement[address].pending else ProviderError
             raise error(fleet, placement[address].note or "cannot be placed", address)

@@ -4,16 +4,30 @@ A decision is one of three: placed (a machine for every job), pending (the machi
 the run, but what runs on them now holds the GPUs or ports it needs), or never (not even an
 idle machine could: too few GPUs, replicas that bind the same port on a single host...). Each
 way, it says why, per candidate.
+
+Among the machines a job fits, it takes the one where it adds the least expected
+fragmentation for the jobs likely to come (`packing`: Fragmentation Gradient Descent, then best
+fit; ties by host name), so small jobs do not scatter over every host and starve big ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.providers.base import MachineResources
+from dstack_plan.scheduler.bandwidth import best_gang
 from dstack_plan.scheduler.matching import gpus_wanted, static_mismatch
+from dstack_plan.scheduler.packing import (
+    UNIFORM,
+    WHOLE,
+    HostState,
+    Scorer,
+    Shape,
+    Workload,
+    choice_key,
+)
 
 GPUS = "gpus"
 PORTS = "ports"
@@ -97,11 +111,19 @@ class _Miss(NamedTuple):
 
 
 def place(
-    demands: Sequence[JobDemand], candidates: Sequence[Candidate], distinct: bool
+    demands: Sequence[JobDemand],
+    candidates: Sequence[Candidate],
+    distinct: bool,
+    workload: Workload | None = None,
+    bandwidth: Mapping[tuple[str, str], float] | None = None,
 ) -> Decision:
-    """Pick a machine for each job, first fit in candidate order.
+    """Pick a machine for each job: the fragmentation-aware best (see the module docstring).
 
-    `distinct`: multi-node jobs each need their own machine; replicas may share one.
+    `distinct`: multi-node jobs each need their own machine (a gang: all or none); replicas
+    may share one. `workload`: the jobs likely to come (None: those on the candidates and
+    these ones, or `packing.UNIFORM` when none of them uses GPUs). `bandwidth`: measured
+    links ((src, dst) -> bytes/s); with it a gang of alike nodes takes, among the hosts that
+    can take a node, the best-linked set (`bandwidth.best_gang`, packing order on ties).
     A run that does not fit is first tried on the same machines idle: if it fits there it is
     pending (with what it waits for), else it never fits (with why, per machine).
     """
@@ -114,13 +136,14 @@ def place(
             reason=f"needs {len(demands)} machines, eligible fleets have {len(candidates)}",
             blocked_by=frozenset({MACHINES}),
         )
-    idle = _first_fit(demands, [c._replace(busy=()) for c in candidates], distinct)
+    scorer = Scorer(workload or _observed(demands, candidates))
+    idle = _best_fit(demands, [c._replace(busy=()) for c in candidates], distinct, scorer)
     if isinstance(idle, _Miss):
         return Decision(
             reason=_never_reason(idle, len(demands) > 1),
             blocked_by=frozenset(w.kind for _, w in idle.why),
         )
-    now = _first_fit(demands, candidates, distinct)
+    now = _best_fit(demands, candidates, distinct, scorer, bandwidth)
     if not isinstance(now, _Miss):
         return Decision(hosts=now)
     return Decision(
@@ -130,27 +153,82 @@ def place(
     )
 
 
-def _first_fit(
-    demands: Sequence[JobDemand], candidates: Sequence[Candidate], distinct: bool
+def _observed(demands: Sequence[JobDemand], candidates: Sequence[Candidate]) -> Workload:
+    """The mix of GPU counts among the jobs on the machines and those being placed."""
+    counts = [j.gpus for c in candidates for j in c.busy]
+    counts += [gpus_wanted(d.resources.gpu) for d in demands]
+    if not any(counts):
+        return UNIFORM
+    return Workload.from_shapes(Shape(gpus=n) for n in counts)
+
+
+def _shape(job: JobDemand) -> Shape:
+    return Shape(gpus=gpus_wanted(job.resources.gpu))
+
+
+def _state(candidate: Candidate, load: list[HostJob]) -> HostState:
+    """What is free on the machine for packing: GPUs only (CPU and memory are checked
+    against the machine's size, not accounted per job yet)."""
+    gpus = candidate.resources.gpus
+    free = max(len(gpus) - sum(j.gpus for j in load), 0)
+    model = gpus[0].name if gpus else ""
+    return HostState(model, 0, 0, (WHOLE,) * free + (0,) * (len(gpus) - free))
+
+
+def _best_fit(
+    demands: Sequence[JobDemand],
+    candidates: Sequence[Candidate],
+    distinct: bool,
+    scorer: Scorer,
+    bandwidth: Mapping[tuple[str, str], float] | None = None,
 ) -> tuple[Candidate, ...] | _Miss:
     load = {i: list(c.busy) for i, c in enumerate(candidates)}
+    alike = all(d[1:] == demands[0][1:] for d in demands)  # all but the label
+    if distinct and bandwidth and len(demands) > 1 and alike:
+        # a gang of alike nodes: any feasible host takes any node, so pick the set by links
+        ranked, _ = _ranked(demands[0], candidates, load, set(), scorer)
+        names = [candidates[i].host for i in ranked]
+        gang = best_gang(names, len(demands), bandwidth)
+        if gang is not None:
+            by_name = {candidates[i].host: i for i in ranked}
+            return tuple(candidates[by_name[h]] for h in gang.hosts)
     chosen: list[int] = []
     for job in demands:
-        misses: list[tuple[Candidate, _Why]] = []
-        pick = None
-        for i, candidate in enumerate(candidates):
-            if distinct and i in chosen:
-                continue
-            why = _why_not(job, candidate, load[i])
-            if why is None:
-                pick = i
-                break
-            misses.append((candidate, why))
-        if pick is None:
+        ranked, misses = _ranked(job, candidates, load, set(chosen) if distinct else set(), scorer)
+        if not ranked:
             return _Miss(job, tuple(misses))
-        chosen.append(pick)
-        load[pick].append(HostJob(job.label, gpus_wanted(job.resources.gpu), job.ports))
+        chosen.append(ranked[0])
+        load[ranked[0]].append(HostJob(job.label, gpus_wanted(job.resources.gpu), job.ports))
     return tuple(candidates[i] for i in chosen)
+
+
+def _ranked(
+    job: JobDemand,
+    candidates: Sequence[Candidate],
+    load: dict[int, list[HostJob]],
+    taken: set[int],
+    scorer: Scorer,
+) -> tuple[list[int], list[tuple[Candidate, _Why]]]:
+    """The candidates (by index, best first) that can take `job` now, and why the others
+    cannot."""
+    states = {i: _state(c, load[i]) for i, c in enumerate(candidates)}
+    free: dict[str, int] = {}
+    for state in states.values():
+        free[state.model] = free.get(state.model, 0) + sum(state.gpus)
+    pressure = scorer.pressure(free)
+    misses: list[tuple[Candidate, _Why]] = []
+    keyed = []
+    for i, candidate in enumerate(candidates):
+        if i in taken:
+            continue
+        why = _why_not(job, candidate, load[i])
+        if why is not None:
+            misses.append((candidate, why))
+            continue
+        move = scorer.move(states[i], _shape(job))
+        if move is not None:  # None cannot happen when the checks above pass; be safe
+            keyed.append((choice_key(move, pressure.get(states[i].model, 0.0), candidate.host), i))
+    return [i for _, i in sorted(keyed)], misses
 
 
 def _why_not(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why | None:
@@ -190,6 +268,6 @@ def _never_reason(miss: _Miss, name_job: bool) -> str:
 def _pending_reason(miss: _Miss, name_job: bool) -> str:
     prefix = f"{miss.job.label} " if name_job else ""
     waits = [f"{prefix}{why.waits}" for _, why in miss.why if why.waits]
-    if not waits:  # first fit took another path when busy; say what each machine lacks
+    if not waits:  # the busy machines led elsewhere; say what each machine lacks
         waits = [f"{c.label}: {prefix}{why.text}" for c, why in miss.why]
     return "; ".join(dict.fromkeys(waits)) or "not enough machines"

@@ -38,8 +38,7 @@ from dstack_plan.scheduler.packing import (  # noqa: E402
 )
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared/data/alibaba-gpu-v2023"
-if not DATA.exists():
-    DATA = Path("/work/shared/data/alibaba-gpu-v2023")
+"""The default trace: beside the project, as the shared reference material is."""
 POLICIES = ("ours", "fgd", "best_fit", "first_fit", "random_fit", "dot_product")
 LEVELS = (80, 90, 100, 110)
 QUEUE = 10_000

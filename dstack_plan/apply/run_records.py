@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from dstack_plan.agent.api_models import JobInfo, PublishedPort
 from dstack_plan.providers.local import LOCAL_FLEET
+from dstack_plan.state.events import span_id
 from dstack_plan.state.model import ResourceState
 
 
@@ -157,3 +158,10 @@ def _ports(raw: object) -> tuple[PublishedPort, ...]:
         except ValueError:
             continue  # a hand-edited record: keep the others
     return tuple(ports)
+
+
+def run_span_id(run: ResourceState) -> str:
+    """The span id every event and log line of this run object shares
+    (`state.events.span_id` of its address and generation, or its creation time when it has
+    no jobs yet)."""
+    return span_id(run.address, RunRecord.of(run).generation or run.created_at)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from dstack_plan.agent.logformat import log_line, rfc3339
-from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.run_records import run_span_id
 from dstack_plan.inspect.logs import finished_before, open_job, select_job
 from dstack_plan.inspect.runs import find_run
 from dstack_plan.state.events import (
@@ -27,7 +27,6 @@ from dstack_plan.state.events import (
     EventLog,
     event_level,
     event_message,
-    span_id,
 )
 
 if TYPE_CHECKING:
@@ -155,7 +154,7 @@ async def write_json_logs(
     happened from then on."""
     run = find_run(project.backend.read().state, ref)
     record = select_job(run, replica, job)
-    span = span_id(run.address, RunRecord.of(run).generation or run.created_at)
+    span = run_span_id(run)
 
     def output_entry(at: float | None, text: str) -> dict[str, object]:
         return log_line(

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import uuid
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -62,7 +63,7 @@ def pid_space() -> str | None:
     cannot be read. A hostname is not enough: cloned machines share one, and containers on
     one host share the boot but not their process ids."""
     try:
-        boot = open("/proc/sys/kernel/random/boot_id").read().strip()  # noqa: SIM115
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         namespace = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return None

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.protocol import RUNNING
-from dstack_plan.apply.run_records import JobRecord, RunRecord
+from dstack_plan.apply.run_records import JobRecord, RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET
-from dstack_plan.state.events import Event, span_id
+from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.watch.limits import Breach, GpuSample, limit_breaches, trim_samples
 from dstack_plan.watch.metrics import read_host  # the one parser of the agents' metrics
@@ -202,7 +202,7 @@ async def _stop(
     from dstack_plan.inspect.stop import stop_timeout
 
     address = w.run.address
-    span = span_id(address, RunRecord.of(w.run).generation or w.run.created_at)
+    span = run_span_id(w.run)
     extra = {
         "event": f"{breach.limit}_exceeded",
         "address": address,

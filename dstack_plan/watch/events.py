@@ -13,9 +13,9 @@ import logging
 from collections.abc import Iterable
 
 from dstack_plan.agent.protocol import FINISHED_STATUSES
-from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.run_records import RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
-from dstack_plan.state.events import Event, EventLog, event_level, event_message, span_id
+from dstack_plan.state.events import Event, EventLog, event_level, event_message
 from dstack_plan.state.model import State
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def status_events(before: State, after: State, now: float) -> list[Event]:
         if run.kind not in RUN_KINDS or old is None:
             continue
         record = RunRecord.of(run)
-        span = span_id(address, record.generation or run.created_at)
+        span = run_span_id(run)
         old_jobs = {j.id: j.status for j in RunRecord.of(old).jobs}
         for job in record.jobs:
             was = old_jobs.get(job.id)

@@ -6,11 +6,10 @@ import logging
 
 from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
 from dstack_plan.apply.gang import gang_leftovers
-from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.run_records import run_span_id
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
-from dstack_plan.state.events import span_id
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)
@@ -32,7 +31,7 @@ class GangStops:
             spec = spec_from_normalized(run.kind, run.spec)
             assert isinstance(spec, RunSpec)
             leftovers, why = gang_leftovers(spec, job_records(run))
-            span = span_id(run.address, RunRecord.of(run).generation or run.created_at)
+            span = run_span_id(run)
             for job in leftovers:
                 extra = {
                     "address": run.address,

@@ -26,13 +26,12 @@ from dstack_plan.apply.queueing import (
     next_fire,
     waits_for_capacity,
 )
-from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.run_records import RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.kinds import FINISHED_STATUSES
 from dstack_plan.plan.normalize import spec_from_normalized
-from dstack_plan.state.events import span_id
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.restart import queued_entry, restart_run
 from dstack_plan.watch.retries import RETRY_KEY
@@ -230,7 +229,6 @@ def _slots(spec: RunSpec) -> list[tuple[int, int]]:
 
 
 def _log(run: ResourceState, event: str, message: str) -> None:
-    generation = RunRecord.of(run).generation or run.created_at
     log.info(
         "%s: %s",
         run.address,
@@ -239,6 +237,6 @@ def _log(run: ResourceState, event: str, message: str) -> None:
             "event": event,
             "address": run.address,
             "resource_type": "run",
-            "span_id": span_id(run.address, generation),
+            "span_id": run_span_id(run),
         },
     )

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from dstack_plan.agent.protocol import FINISHED_STATUSES, TERMINATED_BY_SERVER
 from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
-from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.run_records import RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.state.events import Event, span_id
@@ -226,7 +226,7 @@ class Reachability:
             ]
             if not failing:
                 continue
-            span = span_id(address, record.generation or run.created_at)
+            span = run_span_id(run)
             for job in failing:
                 lost[job.id] = tick.now
                 given_up.setdefault(job.host, []).append(job.id)

@@ -13,10 +13,9 @@ import asyncio
 import logging
 
 from dstack_plan.apply.rollout import in_progress, step
-from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.run_records import run_span_id
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.errors import DstackPlanError
-from dstack_plan.state.events import span_id
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.tick import Acted, Tick
 
@@ -55,9 +54,7 @@ class Rollout:
                         "event": f"rollout_{result.kind}",
                         "address": run.address,
                         "resource_type": "run",
-                        "span_id": span_id(
-                            run.address, RunRecord.of(run).generation or run.created_at
-                        ),
+                        "span_id": run_span_id(run),
                     },
                 )
             if result.entry != run:

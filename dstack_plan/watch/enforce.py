@@ -146,7 +146,7 @@ def watched_runs(state: State) -> list[_Watched]:
     """The runs of `state` with a limit watch enforces and at least one running job."""
     found = []
     for run in state.resources.values():
-        if run.kind not in RUN_KINDS or run.tainted or not _may_have_limits(run):
+        if run.kind not in RUN_KINDS or run.tainted:
             continue
         record = RunRecord.of(run)
         jobs = tuple(j for j in record.jobs if j.status == RUNNING)
@@ -160,15 +160,6 @@ def watched_runs(state: State) -> list[_Watched]:
         if inactivity or spec.utilization_policy is not None:
             found.append(_Watched(run, spec, record.fleet, jobs))
     return found
-
-
-def _may_have_limits(run: ResourceState) -> bool:
-    """A look at the stored spec before parsing it: most runs have neither limit, and a tick
-    with a thousand running jobs should not parse a thousand specs for nothing."""
-    spec = run.spec
-    if spec.get("utilization_policy") is not None:
-        return True
-    return run.kind == "dev-environment" and spec.get("inactivity_duration") not in (None, "off")
 
 
 async def _running_jobs(

@@ -7,7 +7,7 @@ import uuid
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from dstack_plan.agent import protocol as p
 
@@ -109,6 +109,9 @@ class JobSpec(BaseModel):
     ports: list[PortMapping] = []
     gpus: int | list[int] = 0
     """How many GPUs, or which indices."""
+    gpu_share: int | None = Field(default=None, ge=1, le=999)
+    """Thousandths of one GPU, shared with other jobs (`gpus` must be 1 or one index); None:
+    whole GPUs, held alone."""
     cpus: float | None = None
     memory: int | None = None
     """Bytes."""
@@ -127,6 +130,18 @@ class JobSpec(BaseModel):
     it into the job's working dir (`wd/`), the user's home (`home/`) and `/` (`abs/`) before
     the job's commands start."""
 
+    @model_validator(mode="after")
+    def _share_of_one_gpu(self) -> JobSpec:
+        if (
+            self.gpu_share is not None
+            and self.gpus != 1
+            and not (isinstance(self.gpus, list) and len(self.gpus) == 1)
+        ):
+            raise ValueError(
+                f"gpu_share: a share of one GPU needs gpus 1 or one index, not {self.gpus}"
+            )
+        return self
+
     @field_validator("env", mode="before")
     @classmethod
     def _secrets_stay_wrapped(cls, env: Any) -> Any:
@@ -143,9 +158,13 @@ class JobSpec(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The JSON body for `POST /jobs`: secret values unwrapped (env ones named in
         secret_env), registry credentials (if any) in clear."""
-        data = self.model_dump(mode="json", exclude={"env", "secret_env", "registry_auth", "code"})
+        data = self.model_dump(
+            mode="json", exclude={"env", "secret_env", "registry_auth", "code", "gpu_share"}
+        )
         if self.code is not None:  # left out when unset, as registry_auth below
             data["code"] = self.code
+        if self.gpu_share is not None:
+            data["gpu_share"] = self.gpu_share
         auth = self.registry_auth
         if auth is not None:  # left out when unset, so agents that predate the field accept it
             data["registry_auth"] = {
@@ -183,6 +202,11 @@ class JobInfo(BaseModel):
     """When someone last used the job (its start, `dstack attach`, `dstack exec`); None from
     agents that predate it."""
     gpus: list[int] = []
+    gpu_share: int | None = None
+    """Thousandths of its one GPU the job holds; None: whole GPUs (or none)."""
+    gpu_sharing: Literal["mps", "time-slicing"] | None = None
+    """How the shared GPU is divided: NVIDIA MPS limits, or plain time-slicing (no limits:
+    the jobs take turns); None for whole-GPU and GPU-less jobs."""
     container_id: str | None = None
     container_name: str | None = None
     pid: int | None = None
@@ -270,7 +294,10 @@ class HostFacts(BaseModel):
     docker: DockerFacts
     gpus: list[GpuInfo]
     gpus_allocated: dict[int, str] = {}
-    """GPU index -> job id."""
+    """GPU index -> job id (the job ids comma-joined for a GPU shared by several jobs)."""
+    gpu_shares: dict[int, dict[str, int]] = {}
+    """GPU index -> job id -> thousandths held (1000 for a whole GPU); empty from agents that
+    predate shared GPUs."""
 
 
 class Health(BaseModel):

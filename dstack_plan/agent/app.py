@@ -34,7 +34,9 @@ class AgentApp:
         self._gpu_lock = threading.Lock()
         self._gpus: list[dict[str, Any]] = gpu_tools.detect_gpus()
         self._gpus_at = time.monotonic()
-        self.allocator = GpuAllocator(g["index"] for g in self._gpus)
+        self.allocator = GpuAllocator(
+            (g["index"] for g in self._gpus), {g["index"]: g["memory_mib"] for g in self._gpus}
+        )
         self.jobs = JobManager(
             data,
             self.agent_id,
@@ -58,7 +60,10 @@ class AgentApp:
             if time.monotonic() - self._gpus_at > GPU_REFRESH_SECONDS:
                 self._gpus = gpu_tools.detect_gpus()
                 self._gpus_at = time.monotonic()
-                self.allocator.set_inventory(g["index"] for g in self._gpus)
+                self.allocator.set_inventory(
+                    (g["index"] for g in self._gpus),
+                    {g["index"]: g["memory_mib"] for g in self._gpus},
+                )
                 if self._gpus:
                     self.jobs.gpu_vendor = self._gpus[0]["vendor"]
             return list(self._gpus)
@@ -80,6 +85,7 @@ class AgentApp:
         facts["gpus"] = self.gpus()
         snapshot = self.allocator.snapshot()
         facts["gpus_allocated"] = snapshot["allocated"]
+        facts["gpu_shares"] = snapshot["shares"]
         return facts
 
     def metrics(self) -> str:

@@ -43,6 +43,11 @@ class Job:
     """The last time someone used the job (its start, or a touch: `dstack attach`, `exec`)."""
     gpus: list[int] = field(default_factory=list)
     gpu_vendor: str | None = None
+    gpu_sharing: str | None = None
+    """`mps` or `time-slicing` for a job sharing its GPU (chosen at submit), else None."""
+    gpu_share_env: dict[str, str] = field(default_factory=dict)
+    """What the share adds to the job's env (`gpushare.share_env`), kept so a re-adopted job
+    is described as it was started."""
     container_id: str | None = None
     container_name: str | None = None
     pid: int | None = None
@@ -76,6 +81,8 @@ class Job:
             "finished_at": self.finished_at,
             "last_activity_at": self.last_activity_at,
             "gpus": list(self.gpus),
+            "gpu_share": self.spec.gpu_share,
+            "gpu_sharing": self.gpu_sharing,
             "container_id": self.container_id,
             "container_name": self.container_name,
             "pid": self.pid,
@@ -88,6 +95,7 @@ class Job:
             "format": RECORD_FORMAT,
             **self._common(),
             "gpu_vendor": self.gpu_vendor,
+            "gpu_share_env": dict(self.gpu_share_env),
             "pid_start": self.pid_start,
             "stop": None if self.stop is None else self.stop.to_dict(),
             "started": self.started,
@@ -123,6 +131,8 @@ class Job:
             last_activity_at=record.get("last_activity_at"),
             gpus=list(record.get("gpus") or []),
             gpu_vendor=record.get("gpu_vendor"),
+            gpu_sharing=record.get("gpu_sharing"),
+            gpu_share_env=dict(record.get("gpu_share_env") or {}),
             container_id=record.get("container_id"),
             container_name=record.get("container_name"),
             pid=record.get("pid"),

@@ -13,6 +13,7 @@ from dstack_plan.agent.blobs import BlobStore
 from dstack_plan.agent.datadir import DataDir, read_json, write_json_atomic
 from dstack_plan.agent.dockerlib import DockerEngine
 from dstack_plan.agent.gpualloc import GpuAllocator, GpuUnavailable
+from dstack_plan.agent.gpushare import mps_dirs, share_env, sharing_mode
 from dstack_plan.agent.job import Job, StopRequest
 from dstack_plan.agent.logstore import LogStore
 from dstack_plan.agent.protocol import (
@@ -117,7 +118,7 @@ class JobManager:
             if job.finished:
                 job.logs.close()
                 continue
-            self._gpus.claim(job.id, job.gpus)
+            self._gpus.claim(job.id, job.gpus, job.spec.gpu_share)
             if job.runtime == RUNTIME_PROCESS:
                 runtime = self.runtimes[RUNTIME_PROCESS]
                 assert isinstance(runtime, ProcessRuntime)
@@ -269,9 +270,13 @@ class JobManager:
                 )
             try:
                 request = spec.gpus if isinstance(spec.gpus, tuple) else spec.gpu_count
-                gpus = self._gpus.allocate(spec.id, request)
+                gpus = self._gpus.allocate(spec.id, request, spec.gpu_share)
             except GpuUnavailable as e:
                 raise ApiError(e.status, str(e), "gpus", "gpus_unavailable") from e
+            # How a share is enforced is decided once, here, and kept in the record.
+            dirs = mps_dirs()
+            sharing = sharing_mode(spec.gpu_share, self.gpu_vendor, dirs)
+            memory = self._gpus.memory_mib(gpus[0]) if gpus else None
             try:
                 self._data.job_dir(spec.id).mkdir(parents=True, exist_ok=True)
                 job = Job(
@@ -280,6 +285,8 @@ class JobManager:
                     logs=self._logs(spec.id),
                     gpus=gpus,
                     gpu_vendor=self.gpu_vendor,
+                    gpu_sharing=sharing,
+                    gpu_share_env=share_env(spec.gpu_share, sharing, memory, dirs),
                     container_name=(
                         f"dstack-{self._agent_id[:8]}-{spec.id}"
                         if runtime == RUNTIME_DOCKER

@@ -80,6 +80,8 @@ class JobSpec:
     ports: tuple[PortSpec, ...] = ()
     gpus: Any = 0
     """An int (how many) or a tuple of explicit indices."""
+    gpu_share: int | None = None
+    """Thousandths of one GPU (1..999) the job shares with others; None: whole GPUs."""
     cpus: float | None = None
     memory: int | None = None
     shm_size: int | None = None
@@ -107,7 +109,9 @@ class JobSpec:
                 if name in env:
                     env[name] = REDACTED
         auth = self.registry_auth
-        code = {} if self.code is None else {"code": self.code}  # as older agents wrote it
+        # Left out when unset, as older agents wrote their records.
+        code = {} if self.code is None else {"code": self.code}
+        share = {} if self.gpu_share is None else {"gpu_share": self.gpu_share}
         return {
             "id": self.id,
             "run_name": self.run_name,
@@ -123,6 +127,7 @@ class JobSpec:
                 {"container_port": p.container_port, "host_port": p.host_port} for p in self.ports
             ],
             "gpus": list(self.gpus) if isinstance(self.gpus, tuple) else self.gpus,
+            **share,
             "cpus": self.cpus,
             "memory": self.memory,
             "shm_size": self.shm_size,
@@ -279,6 +284,7 @@ def parse_job_spec(data: Any) -> JobSpec:
         c.bad("user", "must be user[:group] of names or numeric ids")
     ports = _check_ports(c)
     gpus = _check_gpus(c)
+    gpu_share = _check_gpu_share(c, gpus)
     cpus = c.number("cpus", 0, 4096, low_inclusive=False)
     memory = None
     if data.get("memory") is not None:
@@ -321,6 +327,7 @@ def parse_job_spec(data: Any) -> JobSpec:
         user=user,
         ports=tuple(ports),
         gpus=gpus,
+        gpu_share=gpu_share,
         cpus=cpus,
         memory=memory,
         shm_size=shm_size,
@@ -420,6 +427,21 @@ def _check_gpus(c: _Checker) -> Any:
         return tuple(indices)
     count = c.integer("gpus", raw, 0, MAX_GPUS)
     return 0 if count is None else count
+
+
+def _check_gpu_share(c: _Checker, gpus: Any) -> int | None:
+    """A share is thousandths of exactly one GPU: `gpus` 1, or one explicit index."""
+    raw = c.data.get("gpu_share")
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= 999:
+        c.bad("gpu_share", f"must be thousandths of one GPU, 1 to 999, got {raw!r}")
+        return None
+    if gpus != 1 and not (isinstance(gpus, tuple) and len(gpus) == 1):
+        shown = list(gpus) if isinstance(gpus, tuple) else gpus
+        c.bad("gpu_share", f"is a share of one GPU: needs gpus 1 or one index, not {shown}")
+        return None
+    return raw
 
 
 def _check_volumes(c: _Checker) -> list[VolumeSpec]:

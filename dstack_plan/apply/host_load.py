@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from dstack_plan.agent.api_models import JobInfo
+from dstack_plan.scheduler.occupancy import WHOLE
 from dstack_plan.scheduler.placement import HostJob
 
 
@@ -24,8 +25,9 @@ class BusyJob(NamedTuple):
 
 
 def busy_jobs(infos: Iterable[JobInfo], deployment: str) -> list[BusyJob]:
-    """The unfinished jobs among `infos`, with what each holds: its GPUs, and the ports it
-    binds on the host (those on the host network, and those Docker published for it)."""
+    """The unfinished jobs among `infos`, with what each holds: its GPUs (and its share of
+    them), and the ports it binds on the host (those on the host network, and those Docker
+    published for it)."""
     busy = []
     for info in infos:
         if info.finished:
@@ -36,7 +38,8 @@ def busy_jobs(infos: Iterable[JobInfo], deployment: str) -> list[BusyJob]:
         theirs = labels.get("deployment")
         if theirs != deployment:
             owner += " (another project)"
-        held = HostJob(owner, len(info.gpus), _host_ports(info, spec))
+        share = info.gpu_share if info.gpu_share is not None else WHOLE
+        held = HostJob(owner, len(info.gpus), _host_ports(info, spec), share, tuple(info.gpus))
         busy.append(BusyJob(None if theirs is None else str(theirs), info.run_name, held))
     return busy
 

@@ -84,6 +84,7 @@ async def submit_jobs(
             run.secrets,
             ctx.run_args,
             code=code.sha256 if code else None,
+            host_gpus=job.machine.resources.gpus if job.machine.resources else (),
         )
         ctx.progress(address, f"submitting job {spec.id} to {job.machine.host}")
         info = await agents[job.machine.host].submit(spec)

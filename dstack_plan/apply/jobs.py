@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
 from pydantic import SecretStr
@@ -23,7 +23,8 @@ from dstack_plan.config.runs import (
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.limits import address_groups
-from dstack_plan.scheduler.matching import gpus_wanted
+from dstack_plan.providers.base import GPU
+from dstack_plan.scheduler.matching import gpus_needed
 from dstack_plan.scheduler.placement import JobDemand
 
 GB = 2**30
@@ -92,9 +93,11 @@ def build_job(
     run_args: str = "",
     environ: Mapping[str, str] | None = None,
     code: str | None = None,
+    host_gpus: Sequence[GPU] = (),
 ) -> JobSpec:
     """The agent's job spec for one slot; secret values travel as SecretStr, never logged.
-    `code`: the sha256 of the run's code archive, uploaded to the job's agent beforehand."""
+    `code`: the sha256 of the run's code archive, uploaded to the job's agent beforehand;
+    `host_gpus`: the GPUs of its machine (how many a `total_memory` takes depends on them)."""
     environ = os.environ if environ is None else environ
     values = {
         "run": {"args": run_args, "name": ctx.run_name},
@@ -111,7 +114,7 @@ def build_job(
             env[key] = environ[key]
             continue
         env[key] = _resolve(value, values, secrets, ctx.run_name)
-    gpus = gpus_wanted(spec.resources.gpu)
+    gpus = gpus_needed(spec.resources.gpu, host_gpus)
     env.update(_dstack_env(ctx, slot, gpus))
     commands = [_plain(c, values, ctx.run_name) for c in _commands(spec, slot)]
     return JobSpec(
@@ -126,6 +129,7 @@ def build_job(
         user=spec.user,
         ports=[PortMapping(container_port=p) for p in container_ports(spec, slot)],
         gpus=gpus,
+        gpu_share=spec.resources.gpu.share,
         shm_size=int(spec.resources.shm_size * GB) if spec.resources.shm_size else None,
         volumes=[
             VolumeMount(host_path=v.instance_path, container_path=v.path)

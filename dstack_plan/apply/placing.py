@@ -18,8 +18,7 @@ from dstack_plan.apply.jobs import job_demands
 from dstack_plan.config.runs import RunSpec, TaskSpec
 from dstack_plan.plan.model import Placement
 from dstack_plan.scheduler.labels import Labels, Wants, choose
-from dstack_plan.scheduler.matching import gpus_wanted
-from dstack_plan.scheduler.placement import PORTS, Candidate, Decision, HostJob, place
+from dstack_plan.scheduler.placement import PORTS, Candidate, Decision, HostJob, held_by, place
 
 PROCESS_PORT_HINT = (
     "a job without an image binds its port on the host itself: give the run an `image:`, "
@@ -89,8 +88,7 @@ def place_on_fleet(
         elif decision.placed:
             started.add(run.name)
             for demand, chosen in zip(demands, decision.hosts, strict=True):
-                held = HostJob(run.address, gpus_wanted(demand.resources.gpu), demand.ports)
-                planned[chosen.host].append(held)
+                planned[chosen.host].append(held_by(demand, run.address, chosen.resources.gpus))
     return FleetPlacements(placements, never)
 
 

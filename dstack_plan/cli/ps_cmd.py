@@ -151,7 +151,7 @@ def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
             view.fleet,
             ",".join(view.hosts) or "-",
             _ports(view.jobs[0]) if len(view.jobs) == 1 else "",
-            view.gpus or "-",
+            _run_gpus(view),
             f"${view.price_per_hour:.2f}/h",
             format_age(now - view.created_at.timestamp()),
             *([escape("; ".join(view.notes))] if noted else []),
@@ -173,7 +173,7 @@ def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
 
 def _job_row(job: JobView, now: float) -> list[str]:
     age = format_age(now - job.started_at.timestamp()) if job.started_at else ""
-    gpus = ",".join(str(g) for g in job.gpus) if job.gpus else ""
+    gpus = _gpus(job)
     name = f"  replica={job.replica} job={job.node}"
     return [
         f"[dim]{name}[/]",
@@ -186,6 +186,35 @@ def _job_row(job: JobView, now: float) -> list[str]:
         age,
         "",
     ]
+
+
+def _run_gpus(view: RunView) -> str:
+    """What the run asks (`A100:2`); for a one-job run on a shared GPU, which one and how it
+    is shared: `25% of GPU 0 (MPS)`, `25% of GPU 0 (time-sliced: no limits)`."""
+    if len(view.jobs) == 1 and view.jobs[0].gpus and view.jobs[0].gpu_share is not None:
+        job = view.jobs[0]
+        return f"{_share(job)} of GPU {job.gpus[0]} ({_sharing(job)})"
+    return view.gpus or "-"
+
+
+def _gpus(job: JobView) -> str:
+    """`0,1`; a shared GPU with the job's share and how it is shared: `0 (25%, MPS)`,
+    `0 (25%, time-sliced: no limits)`."""
+    shown = ",".join(str(g) for g in job.gpus)
+    if not job.gpus or job.gpu_share is None:
+        return shown
+    return f"{shown} ({_share(job)}, {_sharing(job)})"
+
+
+def _share(job: JobView) -> str:
+    from dstack_plan.scheduler.occupancy import percent
+
+    return percent(job.gpu_share or 0)
+
+
+def _sharing(job: JobView) -> str:
+    """Said plainly: with MPS the share's limits hold; time-slicing enforces none."""
+    return "MPS" if job.gpu_sharing == "mps" else "time-sliced: no limits"
 
 
 def _ports(job: JobView) -> str:

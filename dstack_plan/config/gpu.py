@@ -1,4 +1,7 @@
-"""The `gpu:` spec: vendors, known GPU names, and the shorthand parsing and printing."""
+"""The `gpu:` spec: vendors, known GPU names, and the shorthand parsing and printing.
+
+The share grammar (`25%`, part of one GPU) lives in `dstack_plan.config.gpu_share`.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,22 @@ import re
 from enum import Enum
 from typing import Any, ClassVar
 
-from pydantic import model_serializer
+from pydantic import model_serializer, model_validator
 
+from dstack_plan.config.gpu_share import (
+    NO_TOTAL_MEMORY,
+    ONE_GPU,
+    SHARE_FRAGMENT,
+    SHARE_HELP,
+    SHARE_SCHEMA,
+    check_one_gpu,
+    format_share,
+    fraction_schema,
+    is_share_text,
+    one_gpu,
+    parse_share,
+    share_fields,
+)
 from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.spec_text import (
     COUNT_RANGE,
@@ -166,12 +183,13 @@ def _parse_compute_capability(value: object) -> tuple[int, int]:
 
 
 class GPUSpec(Spec):
-    """`gpu:`: vendor, names (any of), per-GPU memory, count, total memory, compute capability.
+    """`gpu:`: vendor, names (any of), per-GPU memory, count, total memory, compute capability,
+    and a share of one GPU (an extension).
 
     A spec given without a count means `1..`; `ResourcesSpec` defaults to `0..` (any number,
     including none). The vendor is inferred when all names are known GPUs of one vendor.
-    Serialises to the shorthand `[vendor:]names:memory:count`, or to the object form when
-    `total_memory` or `compute_capability` (which the shorthand cannot express) are set.
+    Serialises to the shorthand `[vendor:]names:memory:count[:share]`, or to the object form
+    when `total_memory` or `compute_capability` (which the shorthand cannot express) are set.
     """
 
     vendor: GPUVendor | None = None
@@ -180,13 +198,22 @@ class GPUSpec(Spec):
     memory: MemoryRange | None = None
     total_memory: MemoryRange | None = None
     compute_capability: tuple[int, int] | None = None
+    share: int | None = None
+    """Part of ONE GPU in thousandths, 1..999 (`25%` is 250); None asks for whole GPUs.
+
+    Users write `25%` / `12.5%` (a shorthand part or `share:` value), a fraction below 1
+    (`share: 0.25`, or a bare `gpu: 0.25`); the constructor takes those same forms, not the
+    integer. With a share, `count` is exactly 1 (implied when not given) and `total_memory`
+    is not allowed; vendor, names and `memory` still choose which GPU may be shared.
+    """
 
     _what: ClassVar[str] = "gpu spec"
     _forms: ClassVar[str] = (
         "parts separated by ':' in any order: a vendor (nvidia, amd, intel, google/tpu, "
-        "tenstorrent/tt), GPU names (A100 or A10G,A100), a memory range (24GB..) and a count "
-        "range (2, 1..8), e.g. A100:80GB:2, 24GB..:1..8, nvidia:4; or an integer count; or "
-        "{vendor, name, count, memory, total_memory, compute_capability}"
+        "tenstorrent/tt), GPU names (A100 or A10G,A100), a memory range (24GB..), a count "
+        "range (2, 1..8) and a share of one GPU (25%), e.g. A100:80GB:2, 24GB..:1..8, "
+        "nvidia:4, A10G:25%; or an integer count; or a fraction of one GPU (0.25); or "
+        "{vendor, name, count, memory, total_memory, compute_capability, share}"
     )
 
     @classmethod
@@ -194,11 +221,14 @@ class GPUSpec(Spec):
         what = f"gpu spec {describe(text)}"
         fields: dict[str, Any] = {}
         seen: dict[str, str] = {}
-        for part in split_parts(what, cls._forms, text, max_parts=4):
-            # The classification order is dstack's: vendor, name, memory, count.
+        for part in split_parts(what, cls._forms, text, max_parts=5):
+            # The classification order is dstack's: vendor, name, memory, count; dstack
+            # rejects a part ending in '%', so a share is told apart before all of them.
             vendor = _VENDOR_WORDS.get(part.lower())
             parsed: object
-            if vendor is not None:
+            if is_share_text(part):
+                key, parsed = "share", parse_share(what, part)
+            elif vendor is not None:
                 key, parsed = "vendor", vendor
             elif part[0].isascii() and part[0].isalpha():
                 key, parsed = "name", _parse_names(what, part)
@@ -210,6 +240,8 @@ class GPUSpec(Spec):
                 raise ValueError(f"invalid {what}: {key} given twice ({seen[key]} and {part})")
             fields[key], seen[key] = parsed, part
         fields["vendor"] = _resolve_vendor(what, fields.get("vendor"), fields.get("name"))
+        if "share" in fields:
+            fields["count"] = one_gpu(what, fields.get("count"))
         return fields
 
     @classmethod
@@ -224,12 +256,35 @@ class GPUSpec(Spec):
         if fields.get("compute_capability") is not None:
             fields["compute_capability"] = _parse_compute_capability(fields["compute_capability"])
         fields["vendor"] = _resolve_vendor(what, fields.get("vendor"), fields.get("name"))
+        if fields.get("share") is not None:
+            share_fields(what, fields)
         # count, memory and total_memory are left to pydantic so errors point at their keys.
         return fields
 
     @classmethod
+    def _parse_number(cls, number: int | float) -> dict[str, Any]:
+        # dstack refuses a fractional `gpu:`, so a fraction below 1 is free to mean a share.
+        if isinstance(number, float) and not number.is_integer():
+            if 0 < number < 1:
+                return {"share": parse_share(cls._what, number), "count": ONE_GPU}
+            raise ValueError(
+                f"invalid count {describe(number)}: expected a non-negative integer (whole "
+                f"GPUs) or a share; {SHARE_HELP}"
+            )
+        return super()._parse_number(number)
+
+    @model_validator(mode="after")
+    def _share_is_part_of_one_gpu(self) -> GPUSpec:
+        # The parsers check this with the user's wording; this guards every other way in.
+        if self.share is not None:
+            check_one_gpu(self._what, self.count)
+            if self.total_memory is not None:
+                raise ValueError(NO_TOTAL_MEMORY)
+        return self
+
+    @classmethod
     def _user_schema(cls) -> dict[str, Any]:
-        part = rf"{_GPU_NAMES}|{MEMORY_RANGE}|{COUNT_RANGE}"
+        part = rf"{_GPU_NAMES}|{MEMORY_RANGE}|{COUNT_RANGE}|{SHARE_FRAGMENT}"
         memory = MemoryRange.model_json_schema()
         cc = {
             "anyOf": [
@@ -258,12 +313,14 @@ class GPUSpec(Spec):
                 "memory": memory,
                 "total_memory": memory,
                 "compute_capability": cc,
+                "share": SHARE_SCHEMA,
             },
             "additionalProperties": False,
         }
         return {
             "anyOf": [
                 {"type": "integer", "minimum": 0},
+                fraction_schema(),
                 {"type": "string", "pattern": anchored(rf"(?:{part})(?:\s*:\s*(?:{part}))*")},
                 mapping,
             ]
@@ -284,13 +341,16 @@ class GPUSpec(Spec):
                 data[key] = str(value)
         if self.compute_capability is not None:
             data["compute_capability"] = "{}.{}".format(*self.compute_capability)
+        if self.share is not None:
+            data["share"] = format_share(self.share)
         return data
 
     def shorthand(self) -> str:
-        """`[vendor:]names:memory:count` with only the parts that are not implied.
+        """`[vendor:]names:memory:count[:share]` with only the parts that are not implied.
 
         The vendor is left out when the names imply it, the count when it is `1..` (unless
-        nothing else is printed); `total_memory` and `compute_capability` have no shorthand.
+        nothing else is printed) or a share implies it; the share comes last, as a percentage
+        (`A10G:25%`); `total_memory` and `compute_capability` have no shorthand.
         """
         parts: list[str] = []
         if self.vendor is not None and self.vendor is not infer_gpu_vendor(self.name):
@@ -299,7 +359,9 @@ class GPUSpec(Spec):
             parts.append(",".join(self.name))
         if self.memory is not None:
             parts.append(str(self.memory))
-        if self.count != _DEFAULT_GPU_COUNT or not parts:
+        if self.share is not None:
+            parts.append(format_share(self.share))
+        elif self.count != _DEFAULT_GPU_COUNT or not parts:
             parts.append(str(self.count))
         return ":".join(parts)
 

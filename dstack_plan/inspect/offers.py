@@ -27,7 +27,13 @@ from dstack_plan.errors import DstackPlanError
 from dstack_plan.providers.base import MachineResources, Offer
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.providers.registry import GROUP, provider_class
-from dstack_plan.scheduler.matching import gpus_wanted, offer_mismatch, static_mismatch
+from dstack_plan.scheduler.matching import (
+    gpu_share_wanted,
+    gpus_wanted,
+    offer_mismatch,
+    static_mismatch,
+)
+from dstack_plan.scheduler.occupancy import WHOLE, gpu_free, take
 from dstack_plan.state.model import State
 
 if TYPE_CHECKING:
@@ -175,12 +181,16 @@ async def _host_row(
         availability: Availability = "unreachable"
         free = None
     else:
-        free = len(resources.gpus) - sum(b.held.gpus for b in busy)
+        per_gpu = gpu_free(len(resources.gpus), [b.held for b in busy])
+        free = sum(1 for f in per_gpu if f >= WHOLE)  # a GPU shared by a job is not free
         held = tuple(dict.fromkeys(b.held.owner for b in busy))
+        wanted = gpus_wanted(req.gpu)
         if not busy:
             availability = "idle"
+        elif not wanted or take(per_gpu, wanted, gpu_share_wanted(req.gpu)) is not None:
+            availability = "available"
         else:
-            availability = "available" if free >= gpus_wanted(req.gpu) else "busy"
+            availability = "busy"
     return OfferRow(
         fleet=machine.fleet,
         provider=machine.provider,

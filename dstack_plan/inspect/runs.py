@@ -47,6 +47,10 @@ class JobView(BaseModel):
     host: str
     gpus: list[int] = []
     """GPU indices the agent allocated on its host."""
+    gpu_share: int | None = None
+    """Thousandths of its GPU the job holds, when it shares one (None: whole GPUs)."""
+    gpu_sharing: str | None = None
+    """How the agent shares that GPU: `mps` (limits enforced) or `time-slicing` (none)."""
     ports: list[PublishedPort] = []
     """Where the job's ports listen on its host (`127.0.0.1:49153 -> 8799`)."""
     started_at: datetime | None = None
@@ -231,6 +235,8 @@ def _job_view(record: JobRecord, info: JobInfo | None) -> JobView:
         node=record.node,
         host=record.host,
         gpus=list(info.gpus) if info else [],
+        gpu_share=info.gpu_share if info else None,
+        gpu_sharing=info.gpu_sharing if info else None,
         ports=list(info.ports) if info and info.ports else list(record.ports),
         started_at=_utc(info.started_at) if info else None,
         finished_at=_utc(info.finished_at) if info else None,

@@ -28,6 +28,7 @@ from dstack_plan.scheduler.gpu_names import (
     parse_wanted_name,
     same_model,
 )
+from dstack_plan.scheduler.occupancy import WHOLE
 
 
 def static_mismatch(requirements: ResourcesSpec, machine: MachineResources) -> str | None:
@@ -70,6 +71,32 @@ def mismatch(requirements: ResourcesSpec, machine: MachineResources, *, whole: b
 def gpus_wanted(gpu: GPUSpec) -> int:
     """How many GPUs a job takes on a shared host: the lower bound of the count range."""
     return gpu.count.min or 0
+
+
+def gpus_needed(gpu: GPUSpec, gpus: Sequence[GPU] = ()) -> int:
+    """How many GPUs a job takes on a host with `gpus`: the lower bound of its count, raised
+    as far as its count range allows until its GPUs (the suitable ones, lowest index first,
+    as the agent hands them out) reach the lower bound of `total_memory`. Without a
+    `total_memory`, or when no count in range reaches it (`static_mismatch` says so), the
+    lower bound."""
+    wanted = gpus_wanted(gpu)
+    low = gpu.total_memory.min if gpu.total_memory is not None else None
+    if not wanted or not low or not gpus:
+        return wanted
+    sizes = [gpu_memory_gb(g) for g in gpus if gpu_mismatch(gpu, g) is None]
+    if any(size is None for size in sizes):
+        return wanted  # a size nobody reported: not known to be too small
+    top = min(gpu.count.max or len(sizes), len(sizes))
+    for count in range(wanted, top + 1):
+        if sum(s for s in sizes[:count] if s is not None) >= low:
+            return count
+    return wanted
+
+
+def gpu_share_wanted(gpu: GPUSpec) -> int:
+    """How much of each GPU a job takes, in thousandths: its `share` of one GPU, else whole
+    GPUs (1000)."""
+    return gpu.share if gpu.share is not None else WHOLE
 
 
 def describe_gpus(spec: GPUSpec, count: int | str) -> str:
@@ -126,7 +153,7 @@ def _name_matches(wanted: str, gpu: GPU, memory: float | None) -> bool:
 
 
 def _gpu_mismatch(spec: GPUSpec, gpus: Sequence[GPU], whole: bool) -> str | None:
-    wanted = gpus_wanted(spec)
+    wanted = gpus_wanted(spec) if whole else gpus_needed(spec, gpus)
     if wanted == 0 and not (whole and spec.count.max == 0 and gpus):
         return None
     if wanted == 0:

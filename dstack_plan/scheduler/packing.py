@@ -17,8 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-WHOLE = 1000
-"""A whole GPU, in thousandths."""
+from dstack_plan.scheduler.occupancy import WHOLE
 
 
 class Shape(NamedTuple):

@@ -16,9 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from dstack_plan.config.resources import ResourcesSpec
-from dstack_plan.providers.base import MachineResources
+from dstack_plan.providers.base import GPU, MachineResources
 from dstack_plan.scheduler.bandwidth import best_gang
-from dstack_plan.scheduler.matching import gpus_wanted, static_mismatch
+from dstack_plan.scheduler.matching import (
+    gpu_share_wanted,
+    gpus_needed,
+    static_mismatch,
+)
+from dstack_plan.scheduler.occupancy import gpu_free, percent, take
 from dstack_plan.scheduler.packing import (
     UNIFORM,
     WHOLE,
@@ -43,6 +48,11 @@ class HostJob(NamedTuple):
     gpus: int = 0
     ports: tuple[int, ...] = ()
     """Ports it binds on the machine itself (host network), not ports Docker maps."""
+    gpu_share: int = WHOLE
+    """How much of each of its GPUs it holds, in thousandths (below 1000: a shared GPU)."""
+    gpu_indices: tuple[int, ...] = ()
+    """Which GPUs, when known (a running job); a job being placed gets them by the agent's
+    rule (`occupancy`)."""
 
 
 class JobDemand(NamedTuple):
@@ -54,6 +64,12 @@ class JobDemand(NamedTuple):
     ports: tuple[int, ...] = ()
     """Ports the job binds on the machine itself (a process, or a container on the host
     network); a bridged container's ports are mapped to free host ports and never clash."""
+
+
+def held_by(demand: JobDemand, owner: str, host_gpus: Sequence[GPU] = ()) -> HostJob:
+    """What a job of `demand` holds of the machine (with `host_gpus`) it is placed on."""
+    gpu = demand.resources.gpu
+    return HostJob(owner, gpus_needed(gpu, host_gpus), demand.ports, gpu_share_wanted(gpu))
 
 
 class Candidate(NamedTuple):
@@ -154,25 +170,26 @@ def place(
 
 
 def _observed(demands: Sequence[JobDemand], candidates: Sequence[Candidate]) -> Workload:
-    """The mix of GPU counts among the jobs on the machines and those being placed."""
-    counts = [j.gpus for c in candidates for j in c.busy]
-    counts += [gpus_wanted(d.resources.gpu) for d in demands]
-    if not any(counts):
+    """The mix of GPU demands (count and share) among the jobs on the machines and those
+    being placed."""
+    shapes = [Shape(gpus=j.gpus, gpu_milli=j.gpu_share) for c in candidates for j in c.busy]
+    shapes += [_shape(d) for d in demands]
+    if not any(shape.gpus for shape in shapes):
         return UNIFORM
-    return Workload.from_shapes(Shape(gpus=n) for n in counts)
+    return Workload.from_shapes(shapes)
 
 
-def _shape(job: JobDemand) -> Shape:
-    return Shape(gpus=gpus_wanted(job.resources.gpu))
+def _shape(job: JobDemand, host_gpus: Sequence[GPU] = ()) -> Shape:
+    gpu = job.resources.gpu
+    return Shape(gpus=gpus_needed(gpu, host_gpus), gpu_milli=gpu_share_wanted(gpu))
 
 
 def _state(candidate: Candidate, load: list[HostJob]) -> HostState:
     """What is free on the machine for packing: GPUs only (CPU and memory are checked
     against the machine's size, not accounted per job yet)."""
     gpus = candidate.resources.gpus
-    free = max(len(gpus) - sum(j.gpus for j in load), 0)
     model = gpus[0].name if gpus else ""
-    return HostState(model, 0, 0, (WHOLE,) * free + (0,) * (len(gpus) - free))
+    return HostState(model, 0, 0, tuple(sorted(gpu_free(len(gpus), load), reverse=True)))
 
 
 def _best_fit(
@@ -198,7 +215,7 @@ def _best_fit(
         if not ranked:
             return _Miss(job, tuple(misses))
         chosen.append(ranked[0])
-        load[ranked[0]].append(HostJob(job.label, gpus_wanted(job.resources.gpu), job.ports))
+        load[ranked[0]].append(held_by(job, job.label, candidates[ranked[0]].resources.gpus))
     return tuple(candidates[i] for i in chosen)
 
 
@@ -225,7 +242,7 @@ def _ranked(
         if why is not None:
             misses.append((candidate, why))
             continue
-        move = scorer.move(states[i], _shape(job))
+        move = scorer.move(states[i], _shape(job, candidate.resources.gpus))
         if move is not None:  # None cannot happen when the checks above pass; be safe
             keyed.append((choice_key(move, pressure.get(states[i].model, 0.0), candidate.host), i))
     return [i for _, i in sorted(keyed)], misses
@@ -235,17 +252,9 @@ def _why_not(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why 
     static = static_mismatch(job.resources, candidate.resources)
     if static is not None:
         return _Why(static, RESOURCES)
-    wanted = gpus_wanted(job.resources.gpu)
-    if wanted:
-        free = len(candidate.resources.gpus) - sum(j.gpus for j in load)
-        if free < wanted:
-            holders = ", ".join(dict.fromkeys(j.owner for j in load if j.gpus))
-            plural = "s" if wanted > 1 else ""
-            return _Why(
-                f"needs {wanted} free GPU{plural}, {max(free, 0)} free (busy with {holders})",
-                GPUS,
-                f"waits for {wanted} GPU{plural} on {candidate.fleet}, busy with {holders}",
-            )
+    gpu_why = _gpu_shortfall(job, candidate, load)
+    if gpu_why is not None:
+        return gpu_why
     for port in job.ports:
         holder = next((j.owner for j in load if port in j.ports), None)
         if holder is not None:
@@ -255,6 +264,33 @@ def _why_not(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why 
                 f"waits for port {port} on {candidate.fleet} ({candidate.host}), used by {holder}",
             )
     return None
+
+
+def _gpu_shortfall(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why | None:
+    """Why the GPUs the job needs are not free on the machine now; None when they are."""
+    wanted = gpus_needed(job.resources.gpu, candidate.resources.gpus)
+    if not wanted:
+        return None
+    share = gpu_share_wanted(job.resources.gpu)
+    free = gpu_free(len(candidate.resources.gpus), load)
+    if take(free, wanted, share) is not None:
+        return None
+    holders = ", ".join(dict.fromkeys(j.owner for j in load if j.gpus))
+    if share < WHOLE:
+        most = max(free, default=0)
+        return _Why(
+            f"needs {percent(share)} of a GPU, the most free is {percent(most)} "
+            f"(shared with {holders})",
+            GPUS,
+            f"waits for {percent(share)} of a GPU on {candidate.fleet}, busy with {holders}",
+        )
+    idle = sum(1 for f in free if f >= WHOLE)
+    plural = "s" if wanted > 1 else ""
+    return _Why(
+        f"needs {wanted} free GPU{plural}, {idle} free (busy with {holders})",
+        GPUS,
+        f"waits for {wanted} GPU{plural} on {candidate.fleet}, busy with {holders}",
+    )
 
 
 def _never_reason(miss: _Miss, name_job: bool) -> str:

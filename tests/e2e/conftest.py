@@ -58,3 +58,27 @@ def dstack(cli_env: dict[str, str], tmp_path: Path) -> Dstack:
 
     (tmp_path / "project").mkdir(exist_ok=True)
     return run
+
+
+def fake_nvidia_smi(directory: Path, script: str) -> Path:
+    """Write `script` as an executable `directory/nvidia-smi`; return `directory` (to put first
+    on the PATH of the agent, which then sees the GPUs the script reports)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "nvidia-smi").write_text(script)
+    (directory / "nvidia-smi").chmod(0o755)
+    return directory
+
+
+def gpu_cli(cli_env: dict[str, str], project: Path, bin_dir: Path, **env: str) -> Dstack:
+    """`dstack ARGS... [user=NAME]` in `project`, its local agent (started by the first apply)
+    seeing the fake GPUs of `bin_dir` (`fake_nvidia_smi`); `user` sets DSTACK_PLAN_USER."""
+    base = {**cli_env, "PATH": f"{bin_dir}:{cli_env.get('PATH', '/usr/bin:/bin')}", **env}
+    project.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str, user: str | None = None) -> subprocess.CompletedProcess:
+        run_env = base if user is None else {**base, "DSTACK_PLAN_USER": user}
+        return subprocess.run(
+            [*CLI, *args], cwd=project, env=run_env, capture_output=True, text=True, timeout=120
+        )
+
+    return run

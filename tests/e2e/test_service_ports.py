@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import CLI, Dstack
+from tests.e2e.conftest import Dstack, fake_nvidia_smi, gpu_cli
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_run_lifecycle import RESOURCES
 from tests.infra.http_probe import fetch
@@ -120,22 +120,8 @@ def test_a_port_held_by_another_run_makes_the_new_one_pending(
 @pytest.fixture
 def gpu_dstack(cli_env: dict[str, str], tmp_path: Path) -> Dstack:
     """`dstack` whose agent sees two fake A100s (a fake nvidia-smi first on PATH)."""
-    import subprocess
-
-    bin_dir = tmp_path / "fake-bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    env = {**cli_env, "PATH": f"{bin_dir}:{cli_env.get('PATH', '/usr/bin:/bin')}"}
-    (tmp_path / "project").mkdir(exist_ok=True)
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*CLI, *args], cwd=tmp_path / "project", env=env, capture_output=True, text=True,
-            timeout=120,
-        )  # fmt: skip
-
-    return run
+    bin_dir = fake_nvidia_smi(tmp_path / "fake-bin", FAKE_NVIDIA_SMI)
+    return gpu_cli(cli_env, tmp_path / "project", bin_dir)
 
 
 def gpu_task(name: str, gpu: str) -> str:

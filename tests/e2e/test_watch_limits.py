@@ -20,7 +20,7 @@ from dstack_plan.clock import FakeClock
 from dstack_plan.project import Project
 from dstack_plan.state.events import EventLog
 from dstack_plan.watch.loop import Watcher
-from tests.e2e.conftest import CLI, Dstack
+from tests.e2e.conftest import CLI, Dstack, fake_nvidia_smi, gpu_cli
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_run_lifecycle import RESOURCES
 
@@ -43,10 +43,7 @@ MINUTE = 60.0
 
 @pytest.fixture
 def gpu_bin(tmp_path: Path) -> Path:
-    directory = tmp_path / "fake-bin"
-    directory.mkdir()
-    (directory / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
-    (directory / "nvidia-smi").chmod(0o755)
+    directory = fake_nvidia_smi(tmp_path / "fake-bin", FAKE_NVIDIA_SMI)
     (directory / "util").write_text("0\n0\n")
     return directory
 
@@ -54,16 +51,7 @@ def gpu_bin(tmp_path: Path) -> Path:
 @pytest.fixture
 def gpu_dstack(cli_env: dict[str, str], tmp_path: Path, gpu_bin: Path) -> Dstack:
     """`dstack` whose agent (started by the first apply) sees the two fake GPUs."""
-    env = {**cli_env, "PATH": f"{gpu_bin}:{cli_env.get('PATH', '/usr/bin:/bin')}"}
-    (tmp_path / "project").mkdir(exist_ok=True)
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*CLI, *args], cwd=tmp_path / "project", env=env, capture_output=True, text=True,
-            timeout=120,
-        )  # fmt: skip
-
-    return run
+    return gpu_cli(cli_env, tmp_path / "project", gpu_bin)
 
 
 def only_job(project: Path, address: str) -> str:

@@ -139,7 +139,7 @@ def test_busy_jobs_hold_gpus_and_the_host_ports_they_bind() -> None:
     held = {(b.deployment, b.run_name): b.held for b in busy_jobs(listed, DEPLOYMENT)}
     assert held == {
         (DEPLOYMENT, "web"): HostJob("service.web", 0, (8799,)),
-        ("zzz", "api"): HostJob("service.api (another project)", 1, (32768,)),
+        ("zzz", "api"): HostJob("service.api (another project)", 1, (32768,), gpu_indices=(0,)),
         (None, "new"): HostJob("new (another project)", 0, ()),
     }
 

@@ -151,7 +151,7 @@ def test_gpu_compute_capability(given_value: object, expected: tuple[int, int]) 
         ("A100:8..2", "invalid gpu spec 'A100:8..2': invalid count range '8..2': min 8 is"),
         ("A100:80XB", "invalid gpu spec 'A100:80XB': invalid memory range '80XB'"),
         ("A100:..", "invalid count range '..': a range needs at least one bound"),
-        ("A100:1:2:3:4", "more than 4 parts"),
+        ("A100:1:2:3:4:5", "more than 5 parts"),
         ("A100$", "'A100$' is not a GPU name"),
         ("A100,", "'' is not a GPU name"),
         ("A" * 300, "too long"),

@@ -209,6 +209,8 @@ def test_a_run_whose_agent_cannot_be_asked_keeps_its_last_status(
                 "node": n,
                 "host": "10.0.0.1",
                 "gpus": [],
+                "gpu_share": None,
+                "gpu_sharing": None,
                 "ports": [],
                 "started_at": None,
                 "finished_at": None,

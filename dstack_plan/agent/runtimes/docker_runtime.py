@@ -16,6 +16,7 @@ from typing import Any
 
 from dstack_plan.agent.blobs import ABS, HOME, WD, BlobStore, UnpackError, repack
 from dstack_plan.agent.dockerlib import DockerEngine
+from dstack_plan.agent.gpushare import MPS, PIPE_DIR_ENV
 from dstack_plan.agent.job import Job
 from dstack_plan.agent.protocol import (
     CREATING_CONTAINER_ERROR,
@@ -176,14 +177,20 @@ class DockerRuntime(Runtime):
             host["mem_limit"] = spec.memory
         if spec.cpus:
             host["nano_cpus"] = int(spec.cpus * 1e9)
-        if spec.volumes:
-            host["mounts"] = [
-                docker.types.Mount(
-                    v.container_path, v.host_path, type="bind", read_only=v.read_only
-                )
-                for v in spec.volumes
-            ]
+        mounts = [
+            docker.types.Mount(v.container_path, v.host_path, type="bind", read_only=v.read_only)
+            for v in spec.volumes
+        ]
         env = dict(spec.env)
+        env.update(job.gpu_share_env)  # a shared GPU: DSTACK_GPU_SHARE, MPS limits
+        if job.gpu_sharing == MPS:
+            # An MPS client reaches the control daemon through its pipe directory and needs
+            # the host's IPC namespace for the shared memory the server hands out.
+            pipe = job.gpu_share_env[PIPE_DIR_ENV]
+            mounts.append(docker.types.Mount(pipe, pipe, type="bind"))
+            host["ipc_mode"] = "host"
+        if mounts:
+            host["mounts"] = mounts
         if job.gpus and job.gpu_vendor == "amd":
             host["devices"] = list(_AMD_DEVICES)
             env["ROCR_VISIBLE_DEVICES"] = ",".join(str(i) for i in job.gpus)

@@ -105,6 +105,7 @@ class ProcessRuntime(Runtime):
         env = dict(os.environ)
         env.update(job.spec.env)
         env.update(gpu_env(job.gpu_vendor, job.gpus))
+        env.update(job.gpu_share_env)  # a shared GPU: DSTACK_GPU_SHARE, MPS limits
         kwargs: dict[str, Any] = {}
         if job.spec.user:
             user, _, group = job.spec.user.partition(":")

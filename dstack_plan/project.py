@@ -49,6 +49,7 @@ from dstack_plan.state.secrets import SecretGuard
 
 if TYPE_CHECKING:  # only apply needs these; planning does not import the apply engine
     from dstack_plan.apply.events import EventCallback
+    from dstack_plan.apply.fleet_records import BandwidthRecord
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.apply.report import ApplyReport
     from dstack_plan.config.fleet import SSHConfig
@@ -171,10 +172,21 @@ class Project:
             "task": runs,
             "service": runs,
             "dev-environment": runs,
-            "fleet": FleetHandler(self.ssh_provider, self.machines.kept_provider),
+            "fleet": FleetHandler(
+                self.ssh_provider, self.machines.kept_provider, self._probe_on_apply
+            ),
             "volume": unsupported,
             "gateway": unsupported,
         }
+
+    async def _probe_on_apply(self, fleet: str, state: State) -> BandwidthRecord:
+        """The links of a fleet apply just provisioned, measured briefly (`fleet_probe`)."""
+        from dstack_plan.apply.fleet_probe import APPLY_PROBE_SECONDS
+        from dstack_plan.inspect.probe import probe_fleet
+
+        return await probe_fleet(
+            self.machines, fleet, state, self.clock, seconds=APPLY_PROBE_SECONDS
+        )
 
     def ssh_provider(self, fleet: str, config: SSHConfig, pins: MemoryHostKeyStore) -> SSHProvider:
         """A provider of the hosts `config` lists for `fleet`, found through the registry,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dstack_plan.apply.fleet_probe import Prober, entry_for, probed
 from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
@@ -49,6 +50,7 @@ class FleetHandler(ResourceHandler):
         self,
         ssh_provider: SSHProviderFactory,
         kept: Callable[[ResourceState], SSHProvider],
+        prober: Prober | None = None,
     ):
         self._make = ssh_provider
         """A new provider of some hosts (create, update, delete: closed when done)."""
@@ -56,6 +58,8 @@ class FleetHandler(ResourceHandler):
         """The project's kept provider of a fleet in state (`FleetMachines.kept_provider`):
         refresh asks the hosts over connections that outlive it (watch, tick after tick)."""
         self._unsupported = UnsupportedHandler()
+        self._prober = prober
+        """Measures the links of a fleet just provisioned (`fleet_probe`); None: never."""
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
         return None if provider == SSH else self._unsupported.cannot_create(kind, provider)
@@ -64,6 +68,7 @@ class FleetHandler(ResourceHandler):
         assert change.after is not None
         name, config = fleet_ssh_config(change.after, change.address)
         record = await self._provision(name, config, FleetRecord(), change.address, ctx)
+        record = await self._probed(change, record, ctx)
         return Outcome(record.status, record.to_attributes())
 
     async def update(
@@ -85,7 +90,7 @@ class FleetHandler(ResourceHandler):
         record = await self._provision(
             name, config, FleetRecord(hosts=tuple(kept.values())), change.address, ctx
         )
-        record = record.with_bandwidth_of(old)  # pairs of new hosts: `dstack fleet probe`
+        record = await self._probed(change, record.with_bandwidth_of(old), ctx)
         return Outcome(record.status, record.to_attributes())
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
@@ -136,6 +141,16 @@ class FleetHandler(ResourceHandler):
             )
         done.update(record.by_name())
         return _ordered(config, done)
+
+    async def _probed(
+        self, change: ResourceChange, record: FleetRecord, ctx: ApplyContext
+    ) -> FleetRecord:
+        assert change.after is not None
+        entry = entry_for(change.address, change.after, record, ctx.clock)
+        state = ctx.current_state()
+        return await probed(
+            self._prober, record, entry, state, lambda m: ctx.progress(change.address, m)
+        )
 
     async def _drain(
         self,

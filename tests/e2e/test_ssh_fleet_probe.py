@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Dstack
+from tests.e2e.test_local_flow import state
 from tests.e2e.test_ssh_fleet import agents_running, write_fleet
 from tests.infra.ssh_hosts import SSHTestHosts
 
@@ -71,5 +72,48 @@ def test_fleet_probe_measures_every_pair_and_records_it(
         assert all(v > 0 for v in samples.values())
         assert json.loads(dstack("fleet", "list", "--json").stdout)["fleets"][0]["bandwidth"]
     finally:
+        assert dstack("destroy", "-y").returncode == 0
+    assert agents_running(remote) == set()
+
+
+def test_fleet_apply_measures_links_and_a_gang_takes_the_faster_pair(
+    dstack: Dstack, tmp_path: Path, ssh_hosts: SSHTestHosts, remote: Path
+) -> None:
+    """h1 sits behind a slow link: the apply that creates the fleet measures every pair, and
+    the two-node task applied with it goes to h2 and h3, not to h1 and h2 (which packing
+    alone picks: the hosts are alike and ties go by name)."""
+    h1, h2, h3 = (ssh_hosts[n].address for n in ("h1", "h2", "h3"))
+    project = tmp_path / "project"
+    write_fleet(project, ssh_hosts, "h1", "h2", "h3")
+    fleet = project / "fleet.dstack.yml"
+    fleet.write_text(
+        fleet.read_text().replace("name: onprem\n", "name: onprem\nplacement: cluster\n")
+    )
+    ssh_hosts.throttle("h1", 40)
+    try:
+        applied = dstack("apply", "-y", "--target", "fleet.onprem")
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        listed = json.loads(dstack("fleet", "list", "onprem", "--json").stdout)
+        links = {
+            (x["src"], x["dst"]): x["bytes_per_second"]
+            for x in listed["fleets"][0]["bandwidth"]["links"]
+        }
+        assert set(links) == {(h1, h2), (h1, h3), (h2, h3)}
+        assert all(rate for rate in links.values()), links
+        assert links[(h2, h3)] > 3 * max(links[(h1, h2)], links[(h1, h3)]), links
+        (project / "pair.dstack.yml").write_text(
+            "type: task\nname: pair\nfleets: [onprem]\nnodes: 2\ncommands: [hostname]\n"
+        )
+        planned = dstack("plan", "--json")
+        assert planned.returncode == 0, planned.stderr
+        changes = json.loads(planned.stdout)["resource_changes"]
+        pair = next(c for c in changes if c["address"] == "task.pair")
+        assert sorted(pair["placement"]["hosts"]) == sorted([h2, h3]), pair
+        ran = dstack("apply", "-y")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        jobs = state(project)["resources"]["task.pair"]["attributes"]["jobs"]
+        assert sorted(j["host"] for j in jobs) == sorted([h2, h3])
+    finally:
+        ssh_hosts.throttle("h1", None)
         assert dstack("destroy", "-y").returncode == 0
     assert agents_running(remote) == set()

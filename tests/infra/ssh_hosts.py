@@ -257,6 +257,22 @@ class SSHTestHosts:
         a cable pulled, a host powered off) or up again."""
         _ip("-n", self.hosts[name].netns, "link", "set", "eth0", "up" if up else "down")
 
+    def throttle(self, name: str, mbit: int | None) -> None:
+        """Limit the host's link to `mbit` Mbit/s both ways (a token bucket on each end of
+        its veth: a slow NIC or a far switch), or lift the limit (None)."""
+        host = self.hosts[name]
+        ends = (["-n", host.netns, "eth0"], [f"v{host.netns}"[:15]])
+        for *where, dev in ends:
+            if mbit is None:
+                subprocess.run(["tc", *where, "qdisc", "del", "dev", dev, "root"], check=False)
+                continue
+            rate = ["tbf", "rate", f"{mbit}mbit", "burst", "32kbit", "latency", "50ms"]
+            subprocess.run(
+                ["tc", *where, "qdisc", "replace", "dev", dev, "root", *rate],
+                check=True,
+                capture_output=True,
+            )
+
     def new_host_key(self, name: str) -> None:
         """Give the host a new host key and restart its sshd."""
         host = self.hosts[name]

@@ -18,6 +18,7 @@ from dstack_plan.apply.fleets import FleetHandler
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
 from dstack_plan.apply.machines import FleetMachines
 from dstack_plan.apply.placing import FleetPlacements, HostRun, place_on_fleet
+from dstack_plan.apply.quota_gate import check_plan
 from dstack_plan.apply.records import for_handler
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
@@ -318,6 +319,8 @@ class Project:
                     unsupported=self.unsupported(items),
                 )
             )
+            if not options.destroy:  # what it starts must fit the quotas (PlanError if not)
+                check_plan(plan, refresh.state, self.directory, self.clock.now())
         return plan, refresh
 
     def _read_state_while_loading(self, load: bool) -> StateSnapshot:
@@ -435,7 +438,10 @@ class Project:
         from dstack_plan.plan.planfile import check_not_stale
 
         if saved_plan is not None:
-            check_not_stale(plan, self.backend.read(), saved_plan)
+            snapshot = self.backend.read()
+            check_not_stale(plan, snapshot, saved_plan)
+            # time went by since it was made: today's GPU-hours (and quotas) may have moved
+            check_plan(plan, snapshot.state, self.directory, self.clock.now())
         # every secret a change needs must resolve before anything is touched
         for change in plan.changes:
             if change.after is not None and change.action is not Action.NOOP:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from dstack_plan.agent.api_models import JobInfo, PublishedPort
+from dstack_plan.config.quotas import DEFAULT_NAMESPACE
 from dstack_plan.providers.local import LOCAL_FLEET
 from dstack_plan.state.events import span_id
 from dstack_plan.state.model import ResourceState
@@ -38,13 +39,27 @@ class JobRecord(NamedTuple):
     reason: str | None = None
     """Why it ended, once it has (`container_exited_with_error: exited with code 3`): the
     agent's termination reason and message, for events and `ps`."""
+    gpus: float | None = None
+    """The GPUs it holds while it runs, a shared GPU as its fraction (quota usage); None in
+    records that predate it (usage then reads them from the run's spec)."""
+    started_at: float | None = None
+    """Epoch seconds, from its agent, once it started running."""
+    finished_at: float | None = None
+    """Epoch seconds, from its agent, once it ended."""
 
     @property
     def slot(self) -> tuple[int, int]:
         return (self.replica, self.node)
 
     @classmethod
-    def of_job(cls, info: JobInfo, replica: int, node: int, host: str = "localhost") -> JobRecord:
+    def of_job(
+        cls,
+        info: JobInfo,
+        replica: int,
+        node: int,
+        host: str = "localhost",
+        gpus: float | None = None,
+    ) -> JobRecord:
         return cls(
             id=info.id,
             replica=replica,
@@ -53,6 +68,9 @@ class JobRecord(NamedTuple):
             status=info.status.value,
             runtime=info.runtime,
             ports=tuple(info.ports),
+            gpus=gpus,
+            started_at=info.started_at,
+            finished_at=info.finished_at,
         )
 
     def refreshed(self, info: JobInfo) -> JobRecord:
@@ -63,7 +81,13 @@ class JobRecord(NamedTuple):
             reason = info.termination_reason.value
             if info.termination_message:
                 reason += f": {info.termination_message}"
-        return self._replace(status=info.status.value, ports=ports, reason=reason)
+        return self._replace(
+            status=info.status.value,
+            ports=ports,
+            reason=reason,
+            started_at=info.started_at if info.started_at is not None else self.started_at,
+            finished_at=info.finished_at if info.finished_at is not None else self.finished_at,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +100,9 @@ class JobRecord(NamedTuple):
             "ports": [p.model_dump(mode="json") for p in self.ports],
             **({"spec_hash": self.spec_hash} if self.spec_hash is not None else {}),
             **({"reason": self.reason} if self.reason is not None else {}),
+            **({"gpus": self.gpus} if self.gpus is not None else {}),
+            **({"started_at": self.started_at} if self.started_at is not None else {}),
+            **({"finished_at": self.finished_at} if self.finished_at is not None else {}),
         }
 
     @classmethod
@@ -93,6 +120,9 @@ class JobRecord(NamedTuple):
             ports=_ports(raw.get("ports")),
             spec_hash=str(raw["spec_hash"]) if raw.get("spec_hash") is not None else None,
             reason=str(raw["reason"]) if raw.get("reason") is not None else None,
+            gpus=_float(raw.get("gpus")),
+            started_at=_float(raw.get("started_at")),
+            finished_at=_float(raw.get("finished_at")),
         )
 
 
@@ -107,6 +137,10 @@ class RunRecord(NamedTuple):
     """The deployment key its jobs carry (see `apply.deployment`)."""
     price_per_hour: float = 0.0
     jobs: tuple[JobRecord, ...] = ()
+    namespace: str = DEFAULT_NAMESPACE
+    """The namespace its quotas count it in (the run's `namespace:` when it started)."""
+    user: str | None = None
+    """Who applied it (`apply.user.current_user`); None in records older than quotas."""
 
     @classmethod
     def of(cls, run: ResourceState) -> RunRecord:
@@ -120,12 +154,16 @@ class RunRecord(NamedTuple):
         generation = attributes.get("generation")
         deployment = attributes.get("deployment")
         price = attributes.get("price_per_hour")
+        namespace = attributes.get("namespace")
+        user = attributes.get("user")
         return cls(
             fleet=str(attributes.get("fleet", LOCAL_FLEET)),
             generation=generation if isinstance(generation, int) else None,
             deployment=deployment if isinstance(deployment, str) else None,
             price_per_hour=float(price) if isinstance(price, int | float) else 0.0,
             jobs=records,
+            namespace=namespace if isinstance(namespace, str) and namespace else DEFAULT_NAMESPACE,
+            user=user if isinstance(user, str) and user else None,
         )
 
     def with_jobs(self, jobs: Sequence[JobRecord]) -> RunRecord:
@@ -141,11 +179,19 @@ class RunRecord(NamedTuple):
             "deployment": self.deployment,
             "price_per_hour": self.price_per_hour,
             "jobs": [j.to_json() for j in self.jobs],
+            **({"namespace": self.namespace} if self.namespace != DEFAULT_NAMESPACE else {}),
+            **({"user": self.user} if self.user is not None else {}),
         }
 
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) else 0
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def _ports(raw: object) -> tuple[PublishedPort, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.client import AgentClient
@@ -33,11 +34,15 @@ from dstack_plan.apply.queueing import (
 from dstack_plan.apply.rollout import job_spec_hash, roll, rolls, stamped
 from dstack_plan.apply.run_health import crash, run_status
 from dstack_plan.apply.run_records import JobRecord, RunRecord
+from dstack_plan.apply.usage import slot_gpus
+from dstack_plan.apply.user import current_user
+from dstack_plan.config.kinds import RUN_KINDS
+from dstack_plan.config.quotas import namespace_of
 from dstack_plan.config.runs import RunSpec, ServiceSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import AgentError, DstackPlanError, PlanError, ProviderError
 from dstack_plan.plan.kinds import FINISHED_STATUSES
-from dstack_plan.plan.model import ResourceChange
+from dstack_plan.plan.model import Action, ResourceChange
 from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.state.model import ResourceState, State
@@ -92,7 +97,8 @@ class RunHandler(ResourceHandler):
         now = ctx.clock.now()
         if scheduled(spec):
             record = Scheduled(next_run_at=next_fire(spec, now))
-            attributes = pending_attributes(fleet, {SCHEDULE_KEY: record.to_json()})
+            owner = _owner(change, ctx.current_state())  # who it counts against, started
+            attributes = pending_attributes(fleet, {**owner, SCHEDULE_KEY: record.to_json()})
             return Outcome(status="pending", attributes=attributes)
         try:
             return await self.start(change, ctx)
@@ -101,9 +107,10 @@ class RunHandler(ResourceHandler):
                 raise
             queued = Queued(since=now, why=e.detail)
             ctx.progress(change.address, f"queued until a host has room: {e.detail}")
+            owner = _owner(change, ctx.current_state())
             return Outcome(
                 status="pending",
-                attributes=pending_attributes(fleet, {QUEUED_KEY: queued.to_json()}),
+                attributes=pending_attributes(fleet, {**owner, QUEUED_KEY: queued.to_json()}),
             )
 
     async def start(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
@@ -129,12 +136,16 @@ class RunHandler(ResourceHandler):
         )
         agents = await self._agents(fleet, {m.host for m in machines}, state)
         jobs = await submit_jobs(run, placed, agents, ctx)
+        gpus = slot_gpus(spec)
         record = RunRecord(
             fleet=fleet,
             generation=generation,
             deployment=self.deployment,
             price_per_hour=change.placement.price_per_hour if change.placement else 0.0,
-            jobs=tuple(_job_record(j) for j in jobs),
+            jobs=tuple(_job_record(j, gpus) for j in jobs),
+            # what quotas count it against (`apply/usage.py`)
+            namespace=namespace_of(change.after),
+            user=_applier(change, state),
         )
         return Outcome(status=run_status([j.info for j in jobs]), attributes=record.to_json())
 
@@ -171,7 +182,8 @@ class RunHandler(ResourceHandler):
             added = await submit_jobs(run, placed, agents, ctx)
         await self._stop_and_remove(record.fleet, surplus, spec, state, reason=SCALED_DOWN)
         runs = job_spec_hash(change.after) if rolling else None
-        jobs = kept + [_job_record(j)._replace(spec_hash=runs) for j in added]
+        gpus = slot_gpus(spec)
+        jobs = kept + [_job_record(j, gpus)._replace(spec_hash=runs) for j in added]
         attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
         if rolling:
             entry = current.updated(now=current.updated_at, attributes=attributes)
@@ -393,6 +405,24 @@ def fleet_of(run: ResourceState) -> str:
     return RunRecord.of(run).fleet
 
 
+def _owner(change: ResourceChange, state: State) -> dict[str, Any]:
+    """The `namespace` and `user` attributes of a run `change` records (defaults left out)."""
+    record = RunRecord(namespace=namespace_of(change.after or {}), user=_applier(change, state))
+    return {k: v for k, v in record.to_json().items() if k in ("namespace", "user")}
+
+
+def _applier(change: ResourceChange, state: State) -> str:
+    """Who the run counts against: whoever applies it; for a run watch starts again (a
+    retry, a queued or scheduled run: a create of an entry that exists), who applied it."""
+    if change.action is Action.CREATE:
+        entry = state.get(change.address)
+        if entry is not None and entry.kind in RUN_KINDS:
+            user = RunRecord.of(entry).user
+            if user is not None:
+                return user
+    return current_user()
+
+
 def _machine_key(fleet: str, host: str) -> str:
     """The local fleet has one machine, whatever name its older records give it."""
     return "" if fleet == LOCAL_FLEET else host
@@ -402,8 +432,10 @@ def _hosts(record: RunRecord) -> set[str]:
     return {j.host for j in record.jobs}
 
 
-def _job_record(job: Submitted) -> JobRecord:
-    return JobRecord.of_job(job.info, job.slot.replica, job.slot.node, host=job.machine.host)
+def _job_record(job: Submitted, gpus: Mapping[tuple[int, int], float]) -> JobRecord:
+    """The record of a job just submitted; `gpus`: what each (replica, node) holds."""
+    slot = (job.slot.replica, job.slot.node)
+    return JobRecord.of_job(job.info, *slot, host=job.machine.host, gpus=gpus.get(slot))
 
 
 def _refreshed(

@@ -80,7 +80,11 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "watch": ("watch_cmd", "watch", {}),
 }
 # name -> module whose `app` is a typer group of subcommands
-_GROUPS: dict[str, str] = {"state": "state_cmd", "fleet": "fleet_cmd"}
+_GROUPS: dict[str, str] = {
+    "state": "state_cmd",
+    "fleet": "fleet_cmd",
+    "namespace": "namespace_cmd",
+}
 # the global options (see `_global`), split by whether they take a value
 _GLOBAL_FLAGS = ("--debug", "--no-color")
 _GLOBAL_VALUE_OPTIONS = ("--log-level", "--log-format")

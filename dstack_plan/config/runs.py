@@ -11,6 +11,7 @@ from dstack_plan.config.base import (
     Described,
     FieldConflict,
     ItemError,
+    ResourceName,
     ResourceSpec,
     Strict,
     is_stored,
@@ -76,12 +77,21 @@ class RunSpec(ResourceSpec, ProfileParams):
     """Extension: host labels every job's host must carry (`config/labels.py`)."""
     near: Near | None = None
     """Extension: prefer hosts labelled `near` this storage (a preference, not a requirement)."""
+    namespace: ResourceName | None = None
+    """Extension: the namespace whose quotas the run counts against (`.dstack/quotas.yml`);
+    unset means `default`, and so does `default` (kept out of the normalised spec)."""
 
     # dstack's parser reads null as "not set" only where its own field is optional
     null_kept: ClassVar[frozenset[str]] = frozenset(
         {"privileged", "home_dir", "env", "resources", "volumes", "repos", "files", "dstack"}
         | {"setup"}
     )
+
+    @field_validator("namespace")
+    @classmethod
+    def _default_namespace(cls, value: str | None) -> str | None:
+        # `namespace: default` is what leaving it out means: the same spec, no diff
+        return None if value == "default" else value
 
     @field_validator("home_dir", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dstack_plan.watch.enforce import LimitEnforcer
 from dstack_plan.watch.gangs import GangStops
 from dstack_plan.watch.pending import PendingRuns
+from dstack_plan.watch.quota import QuotaEnforcer
 from dstack_plan.watch.reachability import Reachability
 from dstack_plan.watch.retries import RetryPolicy
 from dstack_plan.watch.rollout import Rollout
@@ -25,6 +26,7 @@ def default_actors() -> list[Actor]:
         Reachability(),
         GangStops(),
         LimitEnforcer(),
+        QuotaEnforcer(),
         Rollout(),
         RetryPolicy(),
         PendingRuns(),

@@ -10,6 +10,9 @@ Scheduled runs (a task with `schedule.cron`) are started when a fire time has co
 last started (or were applied): several missed fire times make one run. Once its jobs are
 over (done, stopped by a limit, or failed with no retry left) the run goes back to `pending`,
 without jobs, with its next fire time; a run the user stopped (`dstack stop`) is left alone.
+
+Neither starts while its namespace or user is at a quota (`apply/quota_gate.py`): it waits as
+for room, the quota as its `why`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dstack_plan.apply.queueing import (
     next_fire,
     waits_for_capacity,
 )
+from dstack_plan.apply.quota_gate import hold_for_quota
 from dstack_plan.apply.run_records import RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.runs import RunSpec
@@ -136,8 +140,9 @@ class PendingRuns:
             return None
         ctx = tick.project.context(tick.state)
         try:
+            hold_for_quota(tick.project.directory, tick.state, run, tick.now)
             placed = await restart_run(tick.project, run, ctx)
-        except NoCapacity as e:
+        except NoCapacity as e:  # or QuotaHold: over a quota, it waits as for room
             attempts = decision.state.attempts
             waiting = decision.state.model_copy(
                 update={"next_attempt_at": tick.now + backoff(attempts + 1)}
@@ -182,8 +187,9 @@ class PendingRuns:
         )
         ctx = tick.project.context(tick.state)
         try:
+            hold_for_quota(tick.project.directory, tick.state, with_record, tick.now)
             placed = await restart_run(tick.project, with_record, ctx)
-        except NoCapacity as e:
+        except NoCapacity as e:  # or QuotaHold
             if waits_for_capacity(spec):
                 _log(run, "scheduled_run_queued", f"cron fired, no room: queued ({e.detail})")
                 return queued_entry(tick.project, with_record, e.detail)

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from dstack_plan.cli.app import build_app, invoked_command
 
 COMMANDS = ["validate", "plan", "apply", "destroy", "schema", "init", "ps", "logs", "stop"]
-COMMANDS += ["graph", "state"]
+COMMANDS += ["graph", "state", "namespace"]
 
 
 @pytest.mark.parametrize(
@@ -19,6 +19,7 @@ COMMANDS += ["graph", "state"]
         (["--debug", "--no-color", "apply", "-y"], "apply"),
         (["--log-level", "debug", "--log-format=json", "ps"], "ps"),
         (["--log-level=info", "state", "list"], "state"),
+        (["namespace", "create", "dev"], "namespace"),
         # the whole app: to list the commands, or to name the ones that exist
         ([], None),
         (["--help"], None),

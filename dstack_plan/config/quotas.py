@@ -1,0 +1,221 @@
+"""Quotas: per-namespace limits on GPUs, GPU-hours per day and hourly cost.
+
+Quotas are policy, not resources: they are not planned or applied, they live in one file of
+the project, `.dstack/quotas.yml`, which `dstack namespace` edits and plan and watch read::
+
+    namespaces:
+      dev:
+        gpus: 20                 # GPUs held at once (a shared GPU counts its share)
+        gpu_hours_per_day: 100   # per UTC day
+        per_user: {gpus: 4, gpu_hours_per_day: 24}
+        users:
+          alice: {gpu_hours_per_day: 48}   # replaces per_user for alice
+      prod: {gpus: 50, cost_per_hour: 200}
+
+A run names its namespace with `namespace:` (unset: `default`); a namespace without an entry
+has no limits. The pure checks are in `dstack_plan.scheduler.quotas`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import AfterValidator, Field, ValidationError
+
+from dstack_plan.config import yaml_errors, yaml_fast
+from dstack_plan.config.base import ResourceName, Strict
+from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
+from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
+from dstack_plan.errors import ConfigError, ConfigIssue, DstackPlanError
+
+QUOTAS_FILE = ".dstack/quotas.yml"
+DEFAULT_NAMESPACE = "default"
+"""The namespace of a run that names none."""
+LIMIT_NAMES = ("gpus", "gpu_hours_per_day", "cost_per_hour")
+_USER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@-")
+
+
+def check_user(value: str) -> str:
+    """`value` if it can name a user; else ValueError saying what can."""
+    # user names come from the OS or CI (`alice`, `ci-bot`, `a.b@corp`): looser than names
+    if not 1 <= len(value) <= 64 or not set(value) <= _USER_CHARS or value[0] in ".-@":
+        raise ValueError(
+            f"invalid user name {value!r}: use 1-64 letters, digits, '.', '_', '@' or '-', "
+            "starting with a letter, digit or '_'"
+        )
+    return value
+
+
+UserName = Annotated[str, AfterValidator(check_user)]
+Amount = Annotated[float, Field(ge=0, strict=True)]
+"""A limit: a number >= 0 (0 allows none). Strict: `true` or `"20"` is no amount."""
+
+
+class Limits(Strict):
+    """Limits of a namespace or of one user in it; every field optional (None: no limit)."""
+
+    gpus: Amount | None = None
+    """GPUs held at once (a shared GPU counts its share)."""
+    gpu_hours_per_day: Amount | None = None
+    """GPU-hours used per UTC day; once used up, no run that needs GPUs starts."""
+    cost_per_hour: Amount | None = None
+    """Dollars per hour, summed over the running runs."""
+
+
+class NamespaceQuota(Limits):
+    """A namespace's own limits, and those of each user in it."""
+
+    per_user: Limits | None = None
+    """The same limits for each user."""
+    users: dict[UserName, Limits] = {}
+    """A user's own limits: they replace `per_user` for that user (not merged field by field,
+    so that a user can be given no limit where `per_user` has one)."""
+
+    def for_user(self, user: str) -> Limits | None:
+        """The limits that apply to `user` in this namespace (None: none)."""
+        own = self.users.get(user)
+        return own if own is not None else self.per_user
+
+
+class Quotas(Strict):
+    """The project's quota file."""
+
+    namespaces: dict[ResourceName, NamespaceQuota] = {}
+
+    def for_namespace(self, name: str) -> NamespaceQuota | None:
+        """The quota of namespace `name`; None when it has none (no limits)."""
+        return self.namespaces.get(name)
+
+
+def namespace_of(spec: Mapping[str, Any]) -> str:
+    """The namespace of a run from its normalised spec (as state and plans keep it)."""
+    return str(spec.get("namespace") or DEFAULT_NAMESPACE)
+
+
+def quotas_path(project_dir: str | Path) -> Path:
+    return Path(project_dir) / QUOTAS_FILE
+
+
+def load_quotas(project_dir: str | Path) -> Quotas:
+    """The project's quotas: `Quotas()` when it has no quota file; ConfigError locating every
+    problem (FILE:LINE:COL) when the file is invalid."""
+    path = quotas_path(project_dir)
+    try:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return Quotas()
+    except OSError as e:
+        raise ConfigError.at(QUOTAS_FILE, 1, 1, f"cannot read file: {e.strerror or e}") from None
+    return parse_quotas(text)
+
+
+def parse_quotas(text: str, display: str = QUOTAS_FILE) -> Quotas:
+    """The quotas in `text` (a quota file's content); ConfigError as `load_quotas`."""
+    reader = yaml_fast.Documents(text)
+    documents: list[tuple[Any, Any]] = []
+    try:
+        documents = list(reader)
+    except yaml.YAMLError as e:
+        raise ConfigError([yaml_errors.yaml_issue(e, display, text)]) from None
+    except UnicodeEncodeError as e:
+        raise ConfigError([yaml_errors.encoding_issue(e, display, text)]) from None
+    except (ValueError, RecursionError) as e:
+        raise ConfigError.at(display, 1, 1, f"cannot parse YAML: {shorten(str(e))}") from None
+    issues = [yaml_errors.yaml_issue(d, display, text) for d in reader.duplicates]
+    documents = [(node, data) for node, data in documents if data is not None]
+    if len(documents) > 1:
+        issues.append(ConfigIssue(display, 1, 1, "expected one YAML document, got several"))
+    node, data = documents[0] if documents else (None, {})
+    if not isinstance(data, dict):
+        issues.append(ConfigIssue(display, 1, 1, "expected a mapping with a 'namespaces' key"))
+        raise ConfigError(issues)
+    try:
+        quotas = Quotas.model_validate(data)
+    except ValidationError as e:
+        pending = list(issues_from_validation(e, 0, data, Quotas, 20 * MAX_ISSUES))
+        issues.extend(_located(pending[:MAX_ISSUES], text, node, display))
+        raise ConfigError(issues) from None
+    if issues:
+        raise ConfigError(issues)
+    return quotas
+
+
+def _located(pending: list[PendingIssue], text: str, node: Any, display: str) -> list[ConfigIssue]:
+    from dstack_plan.config.locate import Locator  # noqa: PLC0415 - only on errors
+
+    locator = Locator(text, {0: node})
+    located = []
+    for issue in pending:
+        # a bad mapping key (a namespace or user name) is about the key, not its value
+        bad_key = issue.message.split(": ", 1)[-1].startswith(_KEY_ERRORS)
+        target = "key" if bad_key else issue.target
+        pos = locator.find(0, issue.path, target)
+        located.append(ConfigIssue(display, pos.line, pos.column, shorten(issue.message, 500)))
+    return located
+
+
+_KEY_ERRORS = ("invalid name ", "invalid user name ")
+"""How the messages about a bad namespace or user name start (see `check_user`)."""
+
+QuotasEdit = Callable[[Any], None]
+"""Changes the round-trip (ruamel.yaml) data of the quota file in place."""
+
+
+def save_quotas(project_dir: str | Path, edit: QuotasEdit) -> Quotas:
+    """Apply `edit` to the quota file (created if missing) and write it back.
+
+    The file is read and written with ruamel.yaml's round-trip loader, so a user's comments,
+    key order and quoting survive. The result is validated before anything is written (an
+    edit never leaves an invalid file) and written atomically (temp file, then rename).
+    Returns the new quotas.
+    """
+    from ruamel.yaml import YAML  # noqa: PLC0415 - only `dstack namespace` edits the file
+    from ruamel.yaml.comments import CommentedMap  # noqa: PLC0415
+
+    path = quotas_path(project_dir)
+    yaml_rt = YAML(typ="rt")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    load_quotas(project_dir)  # refuse to edit a broken file: say where it is broken first
+    data = yaml_rt.load(text) if text.strip() else None
+    if data is None:
+        data = CommentedMap()
+    if data.get("namespaces") is None:
+        data["namespaces"] = CommentedMap()
+    edit(data)
+    out = _dump(yaml_rt, data)
+    try:
+        quotas = parse_quotas(out)
+    except ConfigError as e:
+        raise DstackPlanError(f"the change would make {QUOTAS_FILE} invalid: {e}") from None
+    _write_atomic(path, out)
+    return quotas
+
+
+def _dump(yaml_rt: Any, data: Any) -> str:
+    import io  # noqa: PLC0415
+
+    out = io.StringIO()
+    yaml_rt.dump(data, out)
+    return out.getvalue()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".quotas-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

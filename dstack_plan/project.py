@@ -43,10 +43,10 @@ from dstack_plan.providers.registry import create_provider, provider_class
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
-from dstack_plan.state.local import state_path as local_state_path
 from dstack_plan.state.lock import hold_lock
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.state.secrets import SecretGuard
+from dstack_plan.state.select import open_backend
 
 if TYPE_CHECKING:  # only apply needs these; planning does not import the apply engine
     from dstack_plan.apply.events import EventCallback
@@ -97,8 +97,10 @@ class Project:
         self.clock = clock or SystemClock()
         self.run_args = run_args
         self.guard = SecretGuard()
-        path = local_state_path(self.directory, state_path)
-        self.backend: StateBackend = LocalBackend(path, secret_guard=self.guard)
+        # --state (a path or s3:// URL), $DSTACK_STATE, .dstack/backend.yml, .dstack/state.json
+        self.backend: StateBackend = open_backend(
+            self.directory, state_path, secret_guard=self.guard
+        )
         self.secrets = SecretStore(self.directory, on_resolve=self.guard.register)
         self.local = _local_provider(agent_dir)
         self.machines = FleetMachines(self.local, self.ssh_provider)

@@ -78,3 +78,23 @@ def ssh_hosts(tmp_path_factory: pytest.TempPathFactory):
         yield hosts.up()
     finally:
         hosts.down()
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """moto's S3 on loopback (tests/infra/moto_server.py); skips (or fails under
+    DSTACK_PLAN_REQUIRE_S3=1) without moto[server] and boto3."""
+    from tests.infra.moto_server import MotoServer, available
+
+    reason = available()
+    if reason is not None:
+        require("DSTACK_PLAN_REQUIRE_S3", reason)
+    server = MotoServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_server):
+    """A fresh bucket on the moto server, for one test."""
+    return moto_server.bucket()

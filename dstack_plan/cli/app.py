@@ -21,7 +21,7 @@ from typer.core import TyperCommand, TyperGroup
 try:  # typer 0.26+ vendors click
     from typer._click.exceptions import UsageError
 except ImportError:  # earlier versions depend on click itself
-    from click.exceptions import UsageError  # type: ignore[no-redef]
+    from click.exceptions import UsageError  # type: ignore[no-redef,assignment,unused-ignore]
 
 RUN_ARGS = "dstack_plan.run_args"
 """`ctx.meta` key of the arguments given after `--` (see `_RunArgsCommand`)."""

@@ -19,7 +19,10 @@ T = TypeVar("T")
 DirArg = typer.Argument(Path("."), help="Project directory.", show_default=False)
 FilesOpt = typer.Option([], "-f", "--file", help="Configuration file (repeatable; '-' = stdin).")
 StateOpt = typer.Option(
-    None, "--state", help="State file (default .dstack/state.json; env DSTACK_STATE)."
+    None,
+    "--state",
+    help="State file or s3://bucket/key URL (env DSTACK_STATE; default: .dstack/backend.yml,"
+    " else .dstack/state.json).",
 )
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 TargetOpt = typer.Option([], "--target", help="Limit to ADDRESS and its dependencies.")

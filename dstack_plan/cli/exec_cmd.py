@@ -46,7 +46,7 @@ def exec_(
     from dstack_plan.gcpause import resume_after_startup
     from dstack_plan.inspect.fanout import pinned_keys, run_on_hosts, select_hosts
     from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, MemoryHostKeyStore
-    from dstack_plan.state.local import LocalBackend, state_path
+    from dstack_plan.state.select import open_backend
 
     resume_after_startup()
     common.require_directory(directory)
@@ -55,7 +55,7 @@ def exec_(
     names = [n.strip() for n in hosts.split(",") if n.strip()] if hosts else []
     selected = select_hosts(load_project(directory, files, stdin), fleet, names)
     width = max(len(h.name) for h in selected)
-    stored = LocalBackend(state_path(directory, state)).read().state
+    stored = open_backend(directory, state).read().state
     pins = pinned_keys(stored)
     policy = HostKeyPolicy(MemoryHostKeyStore(pins))
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from dstack_plan.state.events import Event, EventLog
-from dstack_plan.state.local import LocalBackend, state_path
+from dstack_plan.state.select import open_backend
 
 HEADERS = ("TIME", "ADDRESS", "JOB", "STATUS", "REASON")
 FOLLOW_WIDTHS = (20, 24, 28, 26, 0)
@@ -18,7 +18,7 @@ FOLLOW_WIDTHS = (20, 24, 28, 26, 0)
 
 def open_event_log(directory: str | Path, state: str | Path | None = None) -> EventLog:
     """The event log beside the state of the project in `directory` (or of `state`)."""
-    return EventLog(LocalBackend(state_path(directory, state)))
+    return EventLog(open_backend(directory, state))
 
 
 def format_time(epoch: float) -> str:

@@ -1,20 +1,17 @@
-"""Reading and editing the state by hand: `dstack state list | show | rm | pull | unlock`."""
+"""Reading the state by hand: `dstack state list | show | pull | history`.
+
+The writing commands (`rm`, `mv`, `push`) are in `state_edit.py`, `migrate` in
+`state_migrate.py`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dstack_plan.clock import Clock
-from dstack_plan.errors import StateError
+from dstack_plan.inspect.state_edit import forget, unknown_address
 from dstack_plan.state.backend import StateBackend
-from dstack_plan.state.commit import commit_async
-from dstack_plan.state.lock import hold_lock
-from dstack_plan.state.model import State
 
-
-def _unknown(address: str, state: State, location: str) -> StateError:
-    known = ", ".join(state.addresses) or "none"
-    return StateError(f"no resource {address!r} in the state at {location} (known: {known})")
+__all__ = ["forget", "history", "list_resources", "pull", "show_resource"]
 
 
 def list_resources(backend: StateBackend) -> list[dict[str, Any]]:
@@ -33,12 +30,16 @@ def list_resources(backend: StateBackend) -> list[dict[str, Any]]:
     ]
 
 
-def show_resource(backend: StateBackend, address: str) -> dict[str, Any]:
-    """The state entry at `address` as JSON data (state never holds secret values)."""
-    state = backend.read().state
+def show_resource(
+    backend: StateBackend, address: str, *, version: str | None = None
+) -> dict[str, Any]:
+    """The state entry at `address` as JSON data (state never holds secret values), from the
+    current state or from the stored `version` (an id from `history`)."""
+    state = backend.read().state if version is None else backend.read_version(version)
     resource = state.get(address)
     if resource is None:
-        raise _unknown(address, state, backend.location)
+        where = backend.location if version is None else f"{backend.location} version {version}"
+        raise unknown_address(address, state, where)
     return {"address": address, **resource.model_dump(mode="json")}
 
 
@@ -48,29 +49,18 @@ def pull(backend: StateBackend) -> str | None:
     return snapshot.state.to_json() if snapshot.exists else None
 
 
-async def forget(
-    backend: StateBackend,
-    addresses: list[str],
-    *,
-    lock_timeout: float = 0.0,
-    clock: Clock | None = None,
-) -> list[str]:
-    """Remove `addresses` from state without destroying what they describe.
-
-    Holds the operation lock (an apply must not be writing the same entries) and commits
-    once. All addresses must exist, or nothing is removed. Returns the removed addresses.
-    """
-    wanted = list(dict.fromkeys(addresses))
-    async with hold_lock(backend, "state rm", timeout=lock_timeout, clock=clock):
-        state = backend.read().state
-        for address in wanted:
-            if state.get(address) is None:
-                raise _unknown(address, state, backend.location)
-
-        def remove(latest: State) -> State:
-            for address in wanted:
-                latest = latest.without(address)
-            return latest
-
-        await commit_async(backend, remove)
-    return wanted
+def history(backend: StateBackend) -> list[dict[str, Any]]:
+    """The stored versions, newest first: {id, serial, lineage, written_at, current}
+    (written_at RFC 3339 in UTC, or null when the backend does not know)."""
+    return [
+        {
+            "id": v.id,
+            "serial": v.serial,
+            "lineage": v.lineage,
+            "written_at": (
+                v.written_at.strftime("%Y-%m-%dT%H:%M:%SZ") if v.written_at is not None else None
+            ),
+            "current": v.current,
+        }
+        for v in backend.history()
+    ]

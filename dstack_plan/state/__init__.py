@@ -12,7 +12,7 @@ from dstack_plan.state.backend import (
 )
 from dstack_plan.state.canonical import canonical_json, spec_hash
 from dstack_plan.state.codec import parse_state
-from dstack_plan.state.commit import DEFAULT_COMMIT_ATTEMPTS, Mutation, commit, commit_async
+from dstack_plan.state.commit import Mutation, commit, commit_async
 from dstack_plan.state.local import DEFAULT_STATE_PATH, LocalBackend, LocalLockHandle
 from dstack_plan.state.lock import (
     DEFAULT_LOCK_TTL,
@@ -33,7 +33,6 @@ from dstack_plan.state.secrets import SecretGuard, assert_no_secret_values
 
 __all__ = [
     "ABSENT",
-    "DEFAULT_COMMIT_ATTEMPTS",
     "DEFAULT_LOCK_TTL",
     "DEFAULT_STATE_PATH",
     "FORMAT_VERSION",

@@ -12,10 +12,12 @@ import random
 import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
-from typing import Final, NamedTuple
+from datetime import datetime
+from typing import ClassVar, Final, NamedTuple
 
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.errors import StateError
+from dstack_plan.state import importing
 from dstack_plan.state.lock import (
     DEFAULT_LOCK_TTL,
     LockHandle,
@@ -43,6 +45,19 @@ class StateSnapshot(NamedTuple):
         return self.version != ABSENT
 
 
+class StateVersion(NamedTuple):
+    """One stored version of the state, for `dstack state history`."""
+
+    id: str
+    """Opaque, for `StateBackend.read_version`: a backup file's name, an S3 version id."""
+    serial: int
+    lineage: str
+    written_at: datetime | None
+    """When it was stored, when the backend knows (file mtime, S3 LastModified)."""
+    current: bool = False
+    """The version `read()` returns now."""
+
+
 class StateConflictError(StateError):
     """Someone else wrote the state after it was read: re-read, re-apply, write again."""
 
@@ -59,7 +74,10 @@ def prepare_write(current: State | None, proposed: State, location: str) -> Stat
     missing one), so the write is a no-op. Otherwise returns `proposed` with
     serial = current serial + 1: backends assign serials, whatever `proposed.serial` says.
     Refuses a state of another lineage: it is unrelated history, not a newer version.
+    Inside `state.importing.importing()` (push, migrate) the rules of an import apply.
     """
+    if importing.active():
+        return importing.prepare_import(current, proposed, location)
     if current is None:
         if not proposed.resources:
             return None
@@ -80,6 +98,11 @@ class StateBackend(ABC):
     All methods but `lock` are synchronous and quick; async callers with a slow (network)
     backend wrap them in `asyncio.to_thread` (see `commit_async`).
     """
+
+    commit_attempts: ClassVar[int] = 10
+    """How often `commit` tries a read-modify-write before it gives up on conflicts."""
+    commit_max_pause: ClassVar[float] = 0.25
+    """The longest random pause (seconds) between two attempts; the pause grows with each."""
 
     @property
     @abstractmethod
@@ -119,6 +142,16 @@ class StateBackend(ABC):
         `read` and `write` must work inside it.
         """
         return nullcontext()
+
+    # --- earlier versions (`dstack state history`) -------------------------------------------
+
+    def history(self) -> list[StateVersion]:
+        """The stored versions, newest first (the current one included, marked `current`)."""
+        raise StateError(f"{self.location}: this backend keeps no earlier versions")
+
+    def read_version(self, version_id: str) -> State:
+        """The state as stored in version `version_id` (an id from `history`)."""
+        raise StateError(f"{self.location}: this backend keeps no earlier versions")
 
     # --- records beside the state (watch's leader lease and event log) ---------------------
 

@@ -10,9 +10,6 @@ from collections.abc import Callable
 from dstack_plan.state.backend import StateBackend, StateConflictError, StateSnapshot
 from dstack_plan.state.model import State
 
-DEFAULT_COMMIT_ATTEMPTS = 10
-_MAX_RETRY_PAUSE = 0.25
-
 Mutation = Callable[[State], State]
 """A re-applicable change: given the latest state, return the wanted one. Must be pure."""
 
@@ -21,17 +18,20 @@ def commit(
     backend: StateBackend,
     mutate: Mutation,
     *,
-    attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+    attempts: int | None = None,
     pause: Callable[[float], None] = time.sleep,
 ) -> StateSnapshot:
     """Read the state, apply `mutate`, write it back with CAS; on conflict start over.
 
     Runs inside `backend.exclusive()`, so with the local backend commits never conflict;
-    with others a conflict is retried after a short random pause (`pause`, growing up to
-    0.25 s) so racing writers drift apart instead of starving one another. Returns the
-    stored snapshot: unchanged, and without a write, when `mutate` changes nothing.
-    Raises StateConflictError after `attempts` conflicts.
+    with others a conflict is retried after a random pause (`pause`, growing with each
+    attempt up to the backend's `commit_max_pause`) so racing writers drift apart instead of
+    starving one another. Returns the stored snapshot: unchanged, and without a write, when
+    `mutate` changes nothing. Raises StateConflictError after `attempts` conflicts (default:
+    the backend's `commit_attempts`).
     """
+    if attempts is None:
+        attempts = backend.commit_attempts
     if attempts < 1:
         raise ValueError("attempts must be at least 1")
     for attempt in range(1, attempts + 1):
@@ -52,12 +52,12 @@ def commit(
                         current=err.current,
                         expected=err.expected,
                     ) from None
-        pause(random.uniform(0, min(_MAX_RETRY_PAUSE, 0.002 * 2**attempt)))
+        pause(random.uniform(0, min(backend.commit_max_pause, 0.002 * 2**attempt)))
     raise AssertionError("unreachable")
 
 
 async def commit_async(
-    backend: StateBackend, mutate: Mutation, *, attempts: int = DEFAULT_COMMIT_ATTEMPTS
+    backend: StateBackend, mutate: Mutation, *, attempts: int | None = None
 ) -> StateSnapshot:
     """`commit` in a worker thread, so a network backend does not stall the event loop."""
     return await asyncio.to_thread(commit, backend, mutate, attempts=attempts)

@@ -2,6 +2,9 @@
 
 Files next to the state file (default `.dstack/state.json`):
 - `state.json.backup`: the previous version, replaced on every content-changing write;
+- `state.json.history/<serial>.json`: the last 20 versions, hard links to the inodes each
+  write leaves behind (no copy, so a commit costs the same at any size); `dstack state
+  history` lists them (`state/local_history.py`);
 - `state.json.lock`: flocked for the few milliseconds of each compare-and-swap write, so
   writers in different processes serialise (reads need no lock: renames are atomic);
 - `.state.json.lock.info`: flocked for the whole operation by apply/destroy, holding the
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from dstack_plan.clock import Clock
 from dstack_plan.errors import LockError, StateError
-from dstack_plan.state import local_records
+from dstack_plan.state import local_history, local_records
 from dstack_plan.state.atomic import (
     PRIVATE_MODE,
     leftover_temp_files,
@@ -34,12 +37,14 @@ from dstack_plan.state.backend import (
     StateBackend,
     StateConflictError,
     StateSnapshot,
+    StateVersion,
     prepare_write,
 )
 from dstack_plan.state.codec import parse_state
 from dstack_plan.state.lock import LockHandle, LockInfo, lock_held_error
 from dstack_plan.state.model import State
 from dstack_plan.state.records import RecordSnapshot
+from dstack_plan.state.render import Renderer
 from dstack_plan.state.secrets import SecretGuard
 
 DEFAULT_STATE_PATH = Path(".dstack") / "state.json"
@@ -56,6 +61,10 @@ def state_path(project_dir: str | Path, explicit: str | Path | None = None) -> P
 
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 _MAX_LOCK_FILE_RACES = 10
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _try_flock(fd: int, operation: int) -> bool:
@@ -123,7 +132,15 @@ class LocalBackend(StateBackend):
         self.backup_path = self.path.with_name(self.path.name + ".backup")
         self.write_lock_path = self.path.with_name(self.path.name + ".lock")
         self.lock_info_path = self.path.with_name(f".{self.path.name}.lock.info")
+        self.history_dir = local_history.history_dir(self.path)
         self._thread = threading.local()
+        self._parsed: tuple[tuple[int, int, int, int], State] | None = None
+        """The file as last read or written: its identity (device, inode, size, mtime) and
+        the state in it. A commit reads the state twice (to change it, then to check
+        nobody wrote in between), and a 10,000-resource state takes half a second to
+        parse; an unchanged file is not parsed again. Writes replace the file (a new
+        inode), so any other writer's change shows as another identity."""
+        self._renderer = Renderer()
 
     @classmethod
     def for_project(
@@ -140,18 +157,25 @@ class LocalBackend(StateBackend):
 
     def _load(self) -> State | None:
         try:
-            data = self.path.read_bytes()
+            with self.path.open("rb") as f:
+                identity = _identity(os.fstat(f.fileno()))
+                parsed = self._parsed
+                if parsed is not None and parsed[0] == identity:
+                    return parsed[1]
+                data = f.read()
         except FileNotFoundError:
             return None
         except OSError as err:
             raise StateError(f"{self.path}: cannot read state: {err.strerror}") from None
         try:
-            return parse_state(data, self.path)
+            state = parse_state(data, self.path)
         except StateError as err:
             hint = self._backup_hint()
             if hint is None:
                 raise
             raise StateError(f"{err}\n{hint}") from None
+        self._parsed = (identity, state)
+        return state
 
     def _backup_hint(self) -> str | None:
         """What the backup offers when the state cannot be used: where the previous version
@@ -206,7 +230,9 @@ class LocalBackend(StateBackend):
             leftover.unlink(missing_ok=True)
         if keep_backup:
             self._keep_backup()
-        write_private_atomic(self.path, state.to_json().encode("utf-8"))
+        write_private_atomic(self.path, self._renderer.render(state))
+        self._parsed = (_identity(self.path.stat()), state)
+        local_history.keep(self.path, self.history_dir, state.serial)
 
     def _ensure_dir(self) -> None:
         try:
@@ -264,6 +290,18 @@ class LocalBackend(StateBackend):
             tmp.unlink(missing_ok=True)
         if self.backup_path.stat().st_mode & 0o777 != PRIVATE_MODE:
             os.chmod(self.backup_path, PRIVATE_MODE)
+
+    # --- earlier versions (see state/local_history.py) --------------------------------------
+
+    def history(self) -> list[StateVersion]:
+        current = self._load()
+        return local_history.versions(self.history_dir, current, self.path)
+
+    def read_version(self, version_id: str) -> State:
+        current = self._load()
+        if current is not None and version_id == str(current.serial):
+            return current
+        return local_history.read(self.history_dir, version_id, self.location)
 
     # --- records beside the state (see state/local_records.py) ----------------------------
 

@@ -1,0 +1,145 @@
+"""`.dstack/backend.yml`: which state backend a project uses (written by `dstack init`).
+
+    backend: s3                 # or: local
+    bucket: team-state
+    key: projects/train/state.json
+    region: eu-west-1
+    endpoint_url: https://s3.example.com   # optional: an S3-compatible store
+    profile: ci                 # optional: a profile of ~/.aws/config
+    kms_key_id: alias/state     # optional: SSE-KMS instead of SSE-S3
+
+`backend: local` takes an optional `path` (relative to the project directory). There is no
+credentials field on purpose: credentials come from boto3's own chain (environment, profile,
+instance role), never from the project. Problems are ConfigErrors located FILE:LINE:COL.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from dstack_plan.config import yaml_errors, yaml_fast
+from dstack_plan.config.base import Strict
+from dstack_plan.config.validation_errors import issues_from_validation
+from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
+from dstack_plan.errors import ConfigError, ConfigIssue
+from dstack_plan.state.atomic import write_private_atomic
+
+BACKEND_FILE = ".dstack/backend.yml"
+_SECRET_LOOKING = re.compile(r"secret|password|token|credential|access_key|session", re.I)
+
+
+class S3BackendConfig(Strict):
+    """State in one S3 object (see docs/state.md#the-s3-backend)."""
+
+    backend: Literal["s3"]
+    bucket: str
+    key: str
+    region: str | None = None
+    endpoint_url: str | None = None
+    profile: str | None = None
+    kms_key_id: str | None = None
+
+
+class LocalBackendConfig(Strict):
+    """State in a local file; `path` relative to the project (default .dstack/state.json)."""
+
+    backend: Literal["local"]
+    path: str | None = None
+
+
+BackendConfig = S3BackendConfig | LocalBackendConfig
+_MODELS: dict[str, type[BaseModel]] = {"s3": S3BackendConfig, "local": LocalBackendConfig}
+
+
+def backend_file(project_dir: str | Path) -> Path:
+    """`<project_dir>/.dstack/backend.yml`."""
+    return Path(project_dir) / BACKEND_FILE
+
+
+def load_backend_config(project_dir: str | Path) -> BackendConfig | None:
+    """The project's backend settings; None when it has no `.dstack/backend.yml`."""
+    try:
+        text = backend_file(project_dir).read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConfigError.at(BACKEND_FILE, 1, 1, f"cannot read file: {e.strerror or e}") from None
+    return parse_backend_config(text)
+
+
+def parse_backend_config(text: str, display: str = BACKEND_FILE) -> BackendConfig:
+    """The settings in `text` (a backend.yml's content); ConfigError locating each problem."""
+    reader = yaml_fast.Documents(text)
+    try:
+        documents = [(n, d) for n, d in reader if d is not None]
+    except yaml.YAMLError as e:
+        raise ConfigError([yaml_errors.yaml_issue(e, display, text)]) from None
+    except UnicodeEncodeError as e:
+        raise ConfigError([yaml_errors.encoding_issue(e, display, text)]) from None
+    except (ValueError, RecursionError) as e:
+        raise ConfigError.at(display, 1, 1, f"cannot parse YAML: {shorten(str(e))}") from None
+    issues = [yaml_errors.yaml_issue(d, display, text) for d in reader.duplicates]
+    if len(documents) != 1 or not isinstance(documents[0][1], dict):
+        raise ConfigError(
+            [*issues, ConfigIssue(display, 1, 1, "expected one mapping with a 'backend' key")]
+        )
+    node, data = documents[0]
+    kind = data.get("backend")
+    model = _MODELS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        message = (
+            "missing required key 'backend' (s3 or local)"
+            if kind is None
+            else f"backend: expected 's3' or 'local', got {kind!r}"
+        )
+        path: tuple[str, ...] = () if kind is None else ("backend",)
+        raise ConfigError([*issues, _locate(text, node, display, path, "value", message)])
+    try:
+        config: BackendConfig = model.model_validate(data)  # type: ignore[assignment]
+    except ValidationError as e:
+        pending = list(issues_from_validation(e, 0, data, model, 20 * MAX_ISSUES))
+        issues.extend(
+            _locate(text, node, display, p.path, p.target, p.message) for p in pending[:MAX_ISSUES]
+        )
+        raise ConfigError(issues) from None
+    if issues:
+        raise ConfigError(issues)
+    return config
+
+
+def _credentials_hint(path: tuple[Any, ...]) -> str:
+    if len(path) == 1 and isinstance(path[0], str) and _SECRET_LOOKING.search(path[0]):
+        return (
+            ": credentials never go in the project; boto3 reads them from its own chain"
+            " (environment variables, ~/.aws and `profile`, an instance role)"
+        )
+    return ""
+
+
+def _locate(
+    text: str, node: Any, display: str, path: tuple[Any, ...], target: Any, message: str
+) -> ConfigIssue:
+    from dstack_plan.config.locate import Locator  # noqa: PLC0415 - only on errors
+
+    pos = Locator(text, {0: node}).find(0, path, target)
+    return ConfigIssue(display, pos.line, pos.column, shorten(message, 500))
+
+
+def render_backend_config(config: BackendConfig) -> str:
+    """The YAML text of `config` (the fields that are set, in the documented order)."""
+    fields = config.model_dump(exclude_none=True)
+    return yaml.safe_dump(fields, sort_keys=False, default_flow_style=False)
+
+
+def save_backend_config(project_dir: str | Path, config: BackendConfig) -> Path:
+    """Write `.dstack/backend.yml` atomically (creating `.dstack/` private if missing)."""
+    path = backend_file(project_dir)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    text = "# dstack-plan: where this project's state lives (dstack init --backend)\n"
+    write_private_atomic(path, (text + render_backend_config(config)).encode("utf-8"))
+    return path

@@ -82,3 +82,18 @@ def gpu_cli(cli_env: dict[str, str], project: Path, bin_dir: Path, **env: str) -
         )
 
     return run
+
+
+@pytest.fixture(params=["local", "s3"])
+def state_backend(
+    request: pytest.FixtureRequest, cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """Run the test once per state backend: the local file, and an S3 object on moto's
+    server, chosen the way CI chooses it (`DSTACK_STATE=s3://...`, for the CLI and for the
+    test's own `Project`s and `state()` reads). Modules opt in with
+    `pytestmark = pytest.mark.usefixtures("state_backend")`."""
+    if request.param == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        cli_env.update(bucket.env, DSTACK_STATE=bucket.url())
+        monkeypatch.setenv("DSTACK_STATE", bucket.url())
+    return str(request.param)

@@ -7,7 +7,12 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import Dstack
+
+# the engine's loop, once per state backend: the local file and S3 (moto)
+pytestmark = pytest.mark.usefixtures("state_backend")
 
 TASK = """\
 type: task
@@ -33,7 +38,10 @@ def wait_for_status(dstack: Dstack, address: str, wanted: set[str], timeout: flo
 
 
 def state(project: Path) -> dict:
-    return json.loads((project / ".dstack" / "state.json").read_text())
+    """The project's state as stored (its JSON form), from whichever backend it uses."""
+    from dstack_plan.state.select import open_backend
+
+    return json.loads(open_backend(project).read().state.to_json())
 
 
 def test_init_plan_apply_ps_logs_replan_change_destroy(dstack: Dstack, tmp_path: Path) -> None:
@@ -112,7 +120,7 @@ def test_apply_without_approval_and_no_input_refuses(dstack: Dstack, tmp_path: P
     result = dstack("apply", "--no-input")
     assert result.returncode == 1
     assert "needs confirmation" in result.stderr
-    assert not (tmp_path / "project" / ".dstack" / "state.json").exists()
+    assert state(tmp_path / "project")["resources"] == {}
 
 
 def test_prompt_accepts_only_yes(dstack: Dstack, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """`dstack watch` carries out the retry policy with a real local agent: a job that fails only
-the first time is retried and then succeeds; without `retry` it stays failed."""
+the first time is retried and then succeeds; without `retry` it stays failed. On both state
+backends."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from dstack_plan.watch.loop import Watcher
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_run_lifecycle import RESOURCES
+
+# watch's lease, event log and commits, once per state backend (local file, S3 on moto)
+pytestmark = pytest.mark.usefixtures("state_backend")
 
 
 def flaky(marker: Path, retry: str) -> str:

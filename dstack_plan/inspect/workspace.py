@@ -1,4 +1,5 @@
-"""`dstack init`: a project's private `.dstack/` directory, kept out of git."""
+"""`dstack init`: a project's private `.dstack/` directory, kept out of git but for the
+files a team shares: where the state is (`backend.yml`) and the quotas (`quotas.yml`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 from dstack_plan.errors import DstackPlanError
 
 DSTACK_DIR = ".dstack"
-IGNORE_LINE = ".dstack/"
-"""One entry covers the state, its backup and lock files, and `secrets.yml`."""
+IGNORE_LINES = (".dstack/*", "!.dstack/backend.yml", "!.dstack/quotas.yml")
+"""The state, its backups, history and locks, and `secrets.yml` stay out of git; the backend
+and quotas files are policy a team reviews and shares (a pattern on the directory itself,
+`.dstack/`, would keep git from re-including them)."""
 _ALREADY_IGNORED = frozenset({".dstack", ".dstack/", "/.dstack", "/.dstack/", ".dstack/*"})
 _PRIVATE = 0o700
 
@@ -33,7 +36,7 @@ def init_workspace(directory: str | Path = ".") -> list[str]:
             private.chmod(_PRIVATE)
             done.append(f"made {DSTACK_DIR}/ private (mode 0700)")
         if _add_ignore(base / ".gitignore"):
-            done.append(f"added {IGNORE_LINE} to .gitignore")
+            done.append(f"added {IGNORE_LINES[0]} to .gitignore (but backend.yml, quotas.yml)")
     except OSError as e:
         raise DstackPlanError(f"{base}: cannot initialise: {e}") from None
     return done
@@ -44,7 +47,7 @@ def _add_ignore(gitignore: Path) -> bool:
     if any(line.strip() in _ALREADY_IGNORED for line in text.splitlines()):
         return False
     prefix = "\n" if text and not text.endswith("\n") else ""
-    comment = "# dstack-plan: state, state backup, locks and secrets\n"
+    comment = "# dstack-plan: state, backups, locks and secrets; not the backend or quotas\n"
     with gitignore.open("a") as f:
-        f.write(f"{prefix}{comment}{IGNORE_LINE}\n")
+        f.write(prefix + comment + "".join(f"{line}\n" for line in IGNORE_LINES))
     return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -98,10 +99,13 @@ def make_state(path: Path) -> LocalBackend:
 def test_init_creates_private_dir_and_gitignore_idempotently(tmp_path: Path) -> None:
     code, out = invoke("init", str(tmp_path))
     assert code == 0
-    assert out.splitlines() == ["Created .dstack/ (mode 0700).", "Added .dstack/ to .gitignore."]
+    assert out.splitlines() == [
+        "Created .dstack/ (mode 0700).",
+        "Added .dstack/* to .gitignore (but backend.yml, quotas.yml).",
+    ]
     assert stat.S_IMODE((tmp_path / ".dstack").stat().st_mode) == 0o700
     first = (tmp_path / ".gitignore").read_text()
-    assert ".dstack/" in first.splitlines()
+    assert [".dstack/*", "!.dstack/backend.yml", "!.dstack/quotas.yml"] == first.splitlines()[1:]
 
     code, out = invoke("init", str(tmp_path))
     assert (code, out) == (0, "Already initialised: nothing to do.\n")
@@ -110,12 +114,24 @@ def test_init_creates_private_dir_and_gitignore_idempotently(tmp_path: Path) -> 
 
 def test_init_appends_to_an_existing_gitignore_once(tmp_path: Path) -> None:
     (tmp_path / ".gitignore").write_text("*.pyc\n.venv/")  # no trailing newline
-    assert init_workspace(tmp_path)[-1] == "added .dstack/ to .gitignore"
+    assert init_workspace(tmp_path)[-1].startswith("added .dstack/* to .gitignore")
     lines = (tmp_path / ".gitignore").read_text().splitlines()
     assert lines[:2] == ["*.pyc", ".venv/"]
-    assert lines.count(".dstack/") == 1
+    assert lines.count(".dstack/*") == 1
     assert init_workspace(tmp_path) == []
     assert (tmp_path / ".gitignore").read_text().splitlines() == lines
+
+
+def test_git_ignores_the_state_and_secrets_but_not_the_backend_and_quotas(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    init_workspace(tmp_path)
+    names = ["state.json", "state.json.backup", "secrets.yml", "backend.yml", "quotas.yml"]
+    checked = subprocess.run(
+        ["git", "check-ignore", *(f".dstack/{n}" for n in names)],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    ignored = set(checked.stdout.split())
+    assert ignored == {".dstack/state.json", ".dstack/state.json.backup", ".dstack/secrets.yml"}
 
 
 def test_init_respects_an_existing_ignore_and_tightens_permissions(tmp_path: Path) -> None:

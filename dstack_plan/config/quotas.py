@@ -24,11 +24,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import AfterValidator, Field, ValidationError
 
-from dstack_plan.config import yaml_errors, yaml_fast
 from dstack_plan.config.base import ResourceName, Strict
+from dstack_plan.config.settings_file import read_documents
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
 from dstack_plan.errors import ConfigError, ConfigIssue, DstackPlanError
@@ -116,18 +115,7 @@ def load_quotas(project_dir: str | Path) -> Quotas:
 
 def parse_quotas(text: str, display: str = QUOTAS_FILE) -> Quotas:
     """The quotas in `text` (a quota file's content); ConfigError as `load_quotas`."""
-    reader = yaml_fast.Documents(text)
-    documents: list[tuple[Any, Any]] = []
-    try:
-        documents = list(reader)
-    except yaml.YAMLError as e:
-        raise ConfigError([yaml_errors.yaml_issue(e, display, text)]) from None
-    except UnicodeEncodeError as e:
-        raise ConfigError([yaml_errors.encoding_issue(e, display, text)]) from None
-    except (ValueError, RecursionError) as e:
-        raise ConfigError.at(display, 1, 1, f"cannot parse YAML: {shorten(str(e))}") from None
-    issues = [yaml_errors.yaml_issue(d, display, text) for d in reader.duplicates]
-    documents = [(node, data) for node, data in documents if data is not None]
+    documents, issues = read_documents(text, display)
     if len(documents) > 1:
         issues.append(ConfigIssue(display, 1, 1, "expected one YAML document, got several"))
     node, data = documents[0] if documents else (None, {})

@@ -22,8 +22,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dstack_plan.config import yaml_errors, yaml_fast
 from dstack_plan.config.base import Strict
+from dstack_plan.config.settings_file import read_documents
 from dstack_plan.config.validation_errors import issues_from_validation
 from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
 from dstack_plan.errors import ConfigError, ConfigIssue
@@ -74,16 +74,7 @@ def load_backend_config(project_dir: str | Path) -> BackendConfig | None:
 
 def parse_backend_config(text: str, display: str = BACKEND_FILE) -> BackendConfig:
     """The settings in `text` (a backend.yml's content); ConfigError locating each problem."""
-    reader = yaml_fast.Documents(text)
-    try:
-        documents = [(n, d) for n, d in reader if d is not None]
-    except yaml.YAMLError as e:
-        raise ConfigError([yaml_errors.yaml_issue(e, display, text)]) from None
-    except UnicodeEncodeError as e:
-        raise ConfigError([yaml_errors.encoding_issue(e, display, text)]) from None
-    except (ValueError, RecursionError) as e:
-        raise ConfigError.at(display, 1, 1, f"cannot parse YAML: {shorten(str(e))}") from None
-    issues = [yaml_errors.yaml_issue(d, display, text) for d in reader.duplicates]
+    documents, issues = read_documents(text, display)
     if len(documents) != 1 or not isinstance(documents[0][1], dict):
         raise ConfigError(
             [*issues, ConfigIssue(display, 1, 1, "expected one mapping with a 'backend' key")]

@@ -1,4 +1,4 @@
-"""Pausing Python's cyclic garbage collector around bulk work."""
+"""Pausing Python's cyclic garbage collector around bulk work, and skipping it at exit."""
 
 from __future__ import annotations
 
@@ -41,50 +41,3 @@ def spare_exit_collection() -> None:
     the CLI in-process) keeps a normal collector until its own exit.
     """
     atexit.register(gc.freeze)
-
-
-_startup = {"paused": False}
-
-
-def pause_for_startup() -> None:
-    """No cyclic GC while a command starts: until `resume_after_startup`.
-
-    Importing typer, pydantic and our models creates some 50,000 container objects that all
-    live until exit. At any threshold the collector ends up scanning each of them at least
-    once, for nothing: one young collection of that size cost `dstack plan` ~19 ms (4% of
-    its run). Reference counting still frees what is dropped.
-    """
-    if gc.isenabled():
-        gc.disable()
-        _startup["paused"] = True
-
-
-def resume_after_startup() -> None:
-    """Turn the collector back on, leaving what start-up built out of every future scan.
-
-    Called where a command's real work begins (`cli.common.run_with`), so long-running work
-    (`apply --attach`, `logs -f`) collects its cycles as usual. The start-up objects are
-    frozen into the permanent generation first: otherwise the first young collection would
-    walk all of them at once. A no-op unless `pause_for_startup` paused the collector.
-    """
-    if _startup["paused"]:
-        _startup["paused"] = False
-        gc.freeze()
-        gc.enable()
-
-
-YOUNG_COLLECTION_THRESHOLD = 50_000
-"""Net new container objects between two young-generation collections (Python's default: 700)."""
-
-
-def collect_less_often() -> None:
-    """Run the young-generation collection every 50,000 new objects instead of every 700.
-
-    A command's work (validators built on first use, a large plan, an apply's records) also
-    creates many objects that live until exit; at the default threshold the collector keeps
-    rescanning them. Cycles are still found, in larger batches, so long-running commands
-    (`apply --attach`, `logs -f`) keep a bounded amount of garbage; mypy runs with a
-    threshold of 200,000 for the same reason.
-    """
-    _, middle, oldest = gc.get_threshold()
-    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, middle, oldest)

@@ -102,9 +102,6 @@ def run_with(project: Project, work: Callable[[Project], Awaitable[T]]) -> T:
     """Run `work(project)` on a fresh event loop and close the project's connections after."""
     import asyncio
 
-    from dstack_plan.gcpause import resume_after_startup
-
-    resume_after_startup()
     results: list[T] = []
 
     async def main() -> None:

@@ -43,12 +43,10 @@ def exec_(
 
     from dstack_plan.cli.app import RUN_ARGS
     from dstack_plan.config.loader import load_project
-    from dstack_plan.gcpause import resume_after_startup
     from dstack_plan.inspect.fanout import pinned_keys, run_on_hosts, select_hosts
     from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, MemoryHostKeyStore
     from dstack_plan.state.select import open_backend
 
-    resume_after_startup()
     common.require_directory(directory)
     command: list[str] = ctx.meta.get(RUN_ARGS, [])
     stdin = sys.stdin.read() if "-" in files else None

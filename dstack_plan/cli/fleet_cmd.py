@@ -82,10 +82,8 @@ def add_host(
     from dstack_plan.cli.common import require_directory
     from dstack_plan.cli.output import print_lines, styled
     from dstack_plan.config.add_host import add_host as add
-    from dstack_plan.gcpause import resume_after_startup
     from dstack_plan.plan.diff import diff_specs
 
-    resume_after_startup()
     require_directory(directory)
     added = add(directory, files, fleet, url, identity_file)
     diff = diff_specs("fleet", added.before.normalized, added.after.normalized)

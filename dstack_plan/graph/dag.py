@@ -1,117 +1,132 @@
-"""The dependency DAG: which resource depends on which, in creation order.
+"""The dependency DAG: a `networkx.DiGraph` of resource addresses.
 
-Ordering is Kahn's algorithm; naming a cycle comes from the standard library's `graphlib`.
-(networkx did this job first; importing it took 170-230 ms of every `dstack plan`, whose whole
-budget is 500 ms, and a plan needs none of its other algorithms.)
+Convention, kept everywhere (here, the DOT / Mermaid / JSON output, `terraform graph`): an edge
+`a -> b` reads "a depends on b". So b is created before a, a is destroyed before b; the
+descendants of a node are what it depends on, its ancestors what depends on it.
+
+Nodes carry what is known of them as attributes: `kind`, `provider` and, in a graph of a
+plan, the planned `action` (see `NodeInfo`).
+
+networkx is imported inside the functions: `dstack ps`, `logs` and the like import this module
+through `Project` and never need a graph.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from graphlib import CycleError, TopologicalSorter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from dstack_plan.errors import PlanError
+from dstack_plan.graph.cycles import cycle_message, first_cycle
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    Graph = nx.DiGraph[str]
 
 
-class Dag(NamedTuple):
-    """Resources and their dependency edges, in both directions; acyclic by construction."""
+class NodeInfo(NamedTuple):
+    """What a node of the graph is, as far as it is known (its networkx attributes)."""
 
-    dependencies: Mapping[str, frozenset[str]]
-    """address -> the addresses it depends on (they are created first)."""
-    dependents: Mapping[str, frozenset[str]]
-    """address -> the addresses that depend on it (they are destroyed first)."""
-
-    @property
-    def nodes(self) -> list[str]:
-        return sorted(self.dependencies)
-
-    @property
-    def edges(self) -> list[tuple[str, str]]:
-        """`(dependency, dependent)` pairs, sorted: in creation order, as edges point."""
-        return sorted((d, a) for a, deps in self.dependencies.items() for d in deps)
+    kind: str
+    provider: str | None = None
+    action: str | None = None
+    """The planned action (`Action.value`), in a graph of a plan."""
 
 
-def build(edges: Mapping[str, Iterable[str]]) -> Dag:
+def build(edges: Mapping[str, Iterable[str]], info: Mapping[str, NodeInfo] | None = None) -> Graph:
     """A DAG from `address -> its dependencies`; a cycle is a PlanError naming it in order.
 
-    A dependency that is not a key itself becomes a node without dependencies.
+    A dependency that is not a key itself becomes a node without dependencies. `info` gives
+    node attributes; a node without any still has its `kind` (the address's first part).
     """
-    return build_ordered(edges)[0]
+    return build_ordered(edges, info)[0]
 
 
-def build_ordered(edges: Mapping[str, Iterable[str]]) -> tuple[Dag, list[list[str]]]:
-    """`build` and its `batches`, with one topological sort for both (what a plan needs)."""
-    dependencies: dict[str, frozenset[str]] = {a: frozenset(deps) for a, deps in edges.items()}
-    for deps in list(dependencies.values()):
-        for dep in deps:
-            dependencies.setdefault(dep, frozenset())
-    dependents: dict[str, set[str]] = {a: set() for a in dependencies}
-    for address, deps in dependencies.items():
-        for dep in deps:
-            dependents[dep].add(address)
-    graph = Dag(dependencies, {a: frozenset(d) for a, d in dependents.items()})
+def build_ordered(
+    edges: Mapping[str, Iterable[str]], info: Mapping[str, NodeInfo] | None = None
+) -> tuple[Graph, list[list[str]]]:
+    """`build` and its `batches` (what a plan needs)."""
+    import networkx as nx
+
+    graph: Graph = nx.DiGraph()
+    known = info or {}
+    graph.add_nodes_from((a, _attributes(a, known.get(a))) for a in edges)
+    graph.add_edges_from((address, dep) for address, deps in edges.items() for dep in deps)
+    if len(graph) > len(edges):  # dependencies that are no keys: still say what they are
+        for address in graph.nodes - edges.keys():
+            graph.nodes[address].update(_attributes(address, known.get(address)))
     return graph, batches(graph)
 
 
-def batches(graph: Dag) -> list[list[str]]:
-    """Addresses in dependency order, grouped so each batch depends only on earlier ones."""
-    # Kahn's algorithm a generation at a time, over the two edge maps the Dag already has:
-    # a third of what graphlib's sorter costs on a 10,000-resource plan, because graphlib
-    # builds its own node records and searches for a cycle even when there is none.
-    waiting = {address: len(deps) for address, deps in graph.dependencies.items()}
-    ready = sorted(address for address, count in waiting.items() if count == 0)
-    generations = []
-    while ready:
-        generations.append(ready)
-        unblocked = []
-        for address in ready:
-            for dependent in graph.dependents[address]:
-                waiting[dependent] -= 1
-                if not waiting[dependent]:
-                    unblocked.append(dependent)
-        ready = sorted(unblocked)
-    if sum(map(len, generations)) < len(waiting):
-        _raise_cycle({a: graph.dependencies[a] for a, count in waiting.items() if count})
-    return generations
+def _attributes(address: str, info: NodeInfo | None) -> dict[str, str]:
+    if info is None:
+        return {"kind": address.partition(".")[0]}
+    attributes = {"kind": info.kind}
+    if info.provider is not None:
+        attributes["provider"] = info.provider
+    if info.action is not None:
+        attributes["action"] = info.action
+    return attributes
 
 
-def _raise_cycle(blocked: Mapping[str, Iterable[str]]) -> None:
-    """A PlanError naming one cycle among the nodes a topological sort could not order."""
+def node_info(graph: Graph, address: str) -> NodeInfo:
+    """The attributes of `address` as a NodeInfo."""
+    attributes = graph.nodes[address]
+    return NodeInfo(attributes["kind"], attributes.get("provider"), attributes.get("action"))
+
+
+def batches(graph: Graph) -> list[list[str]]:
+    """Creation order: addresses grouped so each batch depends only on earlier ones, sorted.
+
+    The topological generations of the reversed graph (edges point at dependencies).
+    """
+    return _generations(graph.reverse(copy=False), graph)
+
+
+def destroy_batches(graph: Graph) -> list[list[str]]:
+    """Destroy order: dependents first; each batch is depended on only by earlier ones."""
+    return _generations(graph, graph)
+
+
+def _generations(directed: Graph, graph: Graph) -> list[list[str]]:
+    import networkx as nx
+
     try:
-        TopologicalSorter(blocked).prepare()
-    except CycleError as err:
-        # graphlib lists the cycle dependency-first; print it as "depends on" reads
-        cycle = list(reversed(err.args[1]))
-        raise PlanError("dependency cycle: " + " -> ".join(cycle)) from None
-    raise AssertionError("unordered nodes without a cycle")  # pragma: no cover
+        return [sorted(generation) for generation in nx.topological_generations(directed)]
+    except nx.NetworkXUnfeasible:
+        raise PlanError(cycle_message(first_cycle(graph))) from None
 
 
-def with_dependencies(graph: Dag, targets: Iterable[str]) -> set[str]:
-    """The targets and everything they (transitively) depend on."""
-    return _reachable(graph.dependencies, targets)
+def with_dependencies(graph: Graph, targets: Iterable[str]) -> set[str]:
+    """The targets and everything they (transitively) depend on: their descendants.
+
+    (As `terraform plan -target`: a target brings its dependencies along.) One breadth-first
+    search from all the targets at once, not one `nx.descendants` per target.
+    """
+    return _reachable(graph, targets)
 
 
-def with_dependents(graph: Dag, targets: Iterable[str]) -> set[str]:
-    """The targets and everything that (transitively) depends on them."""
-    return _reachable(graph.dependents, targets)
+def with_dependents(graph: Graph, targets: Iterable[str]) -> set[str]:
+    """The targets and everything that (transitively) depends on them: their ancestors
+    (what `destroy -target` must destroy first)."""
+    return _reachable(graph.reverse(copy=False), targets)
 
 
-def _reachable(neighbours: Mapping[str, Iterable[str]], starts: Iterable[str]) -> set[str]:
-    seen = set(starts)
-    pending = list(seen)
-    while pending:
-        for neighbour in neighbours.get(pending.pop(), ()):
-            if neighbour not in seen:
-                seen.add(neighbour)
-                pending.append(neighbour)
-    return seen
+def _reachable(graph: Graph, targets: Iterable[str]) -> set[str]:
+    import networkx as nx
+
+    sources = list(targets)
+    if not sources:
+        return set()
+    return {node for layer in nx.bfs_layers(graph, sources) for node in layer}
 
 
-def to_dot(graph: Dag) -> str:
-    """Graphviz DOT; an edge `a -> b` reads "a depends on b", as in `terraform graph`."""
-    lines = ["digraph dstack {", "  rankdir = LR;"]
-    lines.extend(f'  "{node}";' for node in graph.nodes)
-    lines.extend(f'  "{dependent}" -> "{dep}";' for dep, dependent in graph.edges)
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+def reduced(graph: Graph) -> Graph:
+    """The transitive reduction, with the node attributes: the fewest edges that keep every
+    dependency (for display: `a -> b -> c` without the implied `a -> c`)."""
+    import networkx as nx
+
+    reduction: Graph = nx.transitive_reduction(graph)
+    reduction.add_nodes_from(graph.nodes(data=True))
+    return reduction

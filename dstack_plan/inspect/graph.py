@@ -1,13 +1,16 @@
-"""The dependency graph of a project as DOT: from its configuration, or from state."""
+"""The dependency graph of a project: from its configuration, from state, or of a plan."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from dstack_plan.graph import dag
+from dstack_plan.graph.dag import NodeInfo
 from dstack_plan.state.model import State
 
 if TYPE_CHECKING:
+    from dstack_plan.graph.dag import Graph
+    from dstack_plan.plan.model import Plan
     from dstack_plan.project import Project
 
 
@@ -20,23 +23,26 @@ def state_edges(state: State) -> dict[str, tuple[str, ...]]:
     }
 
 
-def project_edges(project: Project) -> dict[str, tuple[str, ...]]:
-    """address -> dependencies of the declared resources; when nothing is declared (the
-    configuration is gone), as recorded in state, which destroy follows."""
-    from dstack_plan.graph.references import dependencies
-
-    desired = project.load()
-    if len(desired):
-        return dict(dependencies(desired, project.directory))
-    return state_edges(project.backend.read().state)
+def state_graph(state: State) -> Graph:
+    """The graph recorded in state (what destroy follows), with kinds and providers."""
+    info = {a: NodeInfo(r.kind, r.provider) for a, r in state.resources.items()}
+    return dag.build(state_edges(state), info)
 
 
-def project_dot(project: Project) -> str:
-    """DOT of `project_edges`."""
-    return dag.to_dot(dag.build(project_edges(project)))
+def project_graph(project: Project) -> Graph:
+    """The graph of the declared resources, as plan orders them (kinds, providers, checked
+    edges); when nothing is declared (the configuration is gone), the one recorded in state."""
+    if not len(project.load()):
+        return state_graph(project.backend.read().state)
+    items = project.desired_items()
+    info = {item.address: NodeInfo(item.kind, item.provider) for item in items}
+    return dag.build({item.address: item.depends_on for item in items}, info)
 
 
-def project_graph_json(project: Project) -> list[dict[str, object]]:
-    """`project_edges` as `[{address, depends_on: [...]}]`, by address."""
-    edges = project_edges(project)
-    return [{"address": a, "depends_on": sorted(edges[a])} for a in sorted(edges)]
+def plan_graph(plan: Plan) -> Graph:
+    """The graph of a plan's changes, each node carrying its planned action; edges are the
+    dependencies among the changed addresses (from state for a delete)."""
+    changes = {c.address: c for c in plan.changes}
+    info = {a: NodeInfo(c.kind, c.provider, c.action.value) for a, c in changes.items()}
+    edges = {a: tuple(d for d in c.depends_on if d in changes) for a, c in changes.items()}
+    return dag.build(edges, info)

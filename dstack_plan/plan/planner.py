@@ -81,7 +81,7 @@ def make_plan(inputs: PlanInputs) -> Plan:
     state = inputs.state
     options = inputs.options
     _check_known(options, desired, state)
-    graph, batches = dag.build_ordered(_edges(desired, state))
+    graph, batches = dag.build_ordered(_edges(desired, state), _node_info(desired, state))
     selected = _selected(graph, options, desired, state)
 
     changes: list[ResourceChange] = []
@@ -115,6 +115,12 @@ def _edges(desired: Mapping[str, DesiredItem], state: State) -> dict[str, tuple[
     return {a: tuple(x for x in deps if x in known) for a, deps in edges.items()}
 
 
+def _node_info(desired: Mapping[str, DesiredItem], state: State) -> dict[str, dag.NodeInfo]:
+    info = {a: dag.NodeInfo(r.kind, r.provider) for a, r in state.resources.items()}
+    info.update({a: dag.NodeInfo(d.kind, d.provider) for a, d in desired.items()})
+    return info
+
+
 def _check_known(options: PlanOptions, desired: Mapping[str, Any], state: State) -> None:
     for flag, addresses in (("--target", options.targets), ("--replace", options.replace)):
         for address in addresses:
@@ -126,7 +132,7 @@ def _check_known(options: PlanOptions, desired: Mapping[str, Any], state: State)
 
 
 def _selected(
-    graph: Any, options: PlanOptions, desired: Mapping[str, Any], state: State
+    graph: dag.Graph, options: PlanOptions, desired: Mapping[str, Any], state: State
 ) -> set[str]:
     everything = set(desired) | set(state.resources)
     if not options.targets:

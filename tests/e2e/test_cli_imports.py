@@ -54,6 +54,9 @@ def test_plan_imports_what_planning_needs_only(
     assert dstack("plan").returncode == 0  # a first plan, with nothing cached
     modules = imported(["plan"], project, cli_env)
     assert "dstack_plan.project" in modules and "dstack_plan.graph.dag" in modules
+    # a plan orders its changes by the DAG's topological generations: networkx's algorithm
+    # (the design names it), bought with ~80-120 ms of import (see docs/graph.md)
+    assert "networkx" in modules
     not_needed = [
         "dstack_plan.config.locate",  # locating config errors
         "dstack_plan.apply.engine",  # applying
@@ -65,3 +68,13 @@ def test_plan_imports_what_planning_needs_only(
         "pickle",  # results of forked loaders (a project this small is loaded in-process)
     ]
     assert [m for m in not_needed if m in modules] == []
+
+
+def test_commands_that_need_no_graph_do_not_import_networkx(
+    dstack: Dstack, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    project = tmp_path / "project"
+    (project / "hello.dstack.yml").write_text(TASK)
+    for args in (["ps"], ["validate"], ["state", "list"], ["logs", "task.hello"]):
+        assert "networkx" not in imported(args, project, cli_env), args
+    assert "networkx" in imported(["graph"], project, cli_env)

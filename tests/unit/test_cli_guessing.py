@@ -323,7 +323,9 @@ def test_graph_has_json(
     )
     code, out, _ = run_main(monkeypatch, capsys, "graph", "--json", str(tmp_path))
     assert code == 0
-    assert json.loads(out) == [
-        {"address": "task.after", "depends_on": ["task.count"]},
-        {"address": "task.count", "depends_on": []},
+    graph = json.loads(out)
+    assert [(n["address"], n["depends_on"]) for n in graph["nodes"]] == [
+        ("task.after", ["task.count"]),
+        ("task.count", []),
     ]
+    assert graph["edges"] == [{"from": "task.after", "to": "task.count"}]

@@ -247,7 +247,9 @@ def test_deposed_object_is_work_to_do(tmp_path: Path) -> None:
 
 
 def test_dot_export() -> None:
-    dot = dag.to_dot(dag.build({"task.a": ["fleet.f"], "fleet.f": []}))
+    from dstack_plan.graph.export import to_dot
+
+    dot = to_dot(dag.build({"task.a": ["fleet.f"], "fleet.f": []}))
     assert '"task.a" -> "fleet.f";' in dot and dot.startswith("digraph")
 
 

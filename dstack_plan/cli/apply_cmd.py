@@ -9,9 +9,12 @@ import typer
 
 from dstack_plan.cli import common
 from dstack_plan.cli.plan_cmd import LabelOpt, labels_of
+from dstack_plan.cli.policy_view import PolicyOpt
 
 if TYPE_CHECKING:
     from dstack_plan.cli.output import Line
+    from dstack_plan.plan.model import Plan
+    from dstack_plan.policy.model import PolicyReport
 
 ApproveOpt = typer.Option(False, "-y", "--auto-approve", "--yes", help="Skip the confirmation.")
 InputOpt = typer.Option(True, "--input/--no-input", help="Ask for confirmation when needed.")
@@ -29,6 +32,7 @@ def apply(
     replace: list[str] = common.ReplaceOpt,
     allow_destroy: list[str] = common.AllowDestroyOpt,
     label: list[str] = LabelOpt,
+    policy: list[str] = PolicyOpt,
     auto_approve: bool = ApproveOpt,
     interactive: bool = InputOpt,
     parallelism: int = ParallelismOpt,
@@ -80,6 +84,7 @@ def apply(
         parallelism=parallelism,
         lock_timeout=lock_timeout,
         attach=attach,
+        policy_files=policy,
     )
 
 
@@ -89,6 +94,7 @@ def destroy(
     state: str = common.StateOpt,
     target: list[str] = common.TargetOpt,
     allow_destroy: list[str] = common.AllowDestroyOpt,
+    policy: list[str] = PolicyOpt,
     auto_approve: bool = ApproveOpt,
     interactive: bool = InputOpt,
     parallelism: int = ParallelismOpt,
@@ -110,6 +116,7 @@ def destroy(
         parallelism=parallelism,
         lock_timeout=lock_timeout,
         attach=False,
+        policy_files=policy,
     )
 
 
@@ -131,10 +138,12 @@ async def _apply_flow(
     parallelism: int,
     lock_timeout: float,
     attach: bool,
+    policy_files: list[str],
 ) -> bool:
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.cli.output import print_lines, progress
     from dstack_plan.cli.plan_view import render_plan
+    from dstack_plan.cli.policy_view import enforce
     from dstack_plan.errors import DstackPlanError
     from dstack_plan.plan.planfile import load_plan
 
@@ -150,7 +159,9 @@ async def _apply_flow(
         else:
             with progress("Refreshing state and planning..."):
                 plan, _ = await project.plan(options)
+        checked = _policy_report(plan, project.directory, policy_files, saved_plan)
         print_lines(render_plan(plan))
+        enforce(checked)  # a denied plan is never applied, a saved one included
         if not plan.has_changes:
             return True
         if not approve and not await _confirm(destroy):
@@ -171,6 +182,36 @@ async def _apply_flow(
 
         return await attach_runs(project, started_runs(plan)) and report.ok
     return report.ok
+
+
+def _policy_report(
+    plan: Plan, directory: Path, files: list[str], saved_plan: str | None
+) -> PolicyReport | None:
+    """Check the plan against the policies; a saved plan against those it was checked with
+    (recorded in it), those given now and the project's, saying which outcomes changed."""
+    from dstack_plan.cli.policy_view import check_policies
+
+    if saved_plan is None:
+        return check_policies(plan, directory, files)
+    from dstack_plan.cli.output import print_lines
+    from dstack_plan.plan.planfile import load_policy_record
+
+    recorded = load_policy_record(saved_plan)
+    before = {(r.file, r.name): r.outcome for r in recorded.rules} if recorded else {}
+    # files given to plan are read again; the project's own are found again (one removed
+    # since is a change to the project, not an error)
+    given = dict.fromkeys(f for f, _ in before if not f.startswith(".dstack/policies/"))
+    report = check_policies(plan, directory, [*files, *given])
+    for result in report.rules if report else ():
+        was = before.get((result.file, result.name))
+        if was is not None and was != result.outcome:
+            print_lines(
+                [
+                    f"Policy rule {result.name} ({result.file}) was {was} when the plan "
+                    f"was saved, {result.outcome} now."
+                ]
+            )
+    return report
 
 
 def started_runs(plan) -> list[str]:  # noqa: ANN001 - Plan, imported lazily

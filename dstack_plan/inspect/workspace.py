@@ -9,9 +9,15 @@ from pathlib import Path
 from dstack_plan.errors import DstackPlanError
 
 DSTACK_DIR = ".dstack"
-IGNORE_LINES = (".dstack/*", "!.dstack/backend.yml", "!.dstack/quotas.yml")
+IGNORE_LINES = (
+    ".dstack/*",
+    "!.dstack/backend.yml",
+    "!.dstack/quotas.yml",
+    "!.dstack/policies/",
+)
 """The state, its backups, history and locks, and `secrets.yml` stay out of git; the backend
-and quotas files are policy a team reviews and shares (a pattern on the directory itself,
+and quotas files and the policies (`policies/`, docs/policies.md) are what a team reviews
+and shares (a pattern on the directory itself,
 `.dstack/`, would keep git from re-including them)."""
 _ALREADY_IGNORED = frozenset({".dstack", ".dstack/", "/.dstack", "/.dstack/", ".dstack/*"})
 _PRIVATE = 0o700
@@ -36,7 +42,9 @@ def init_workspace(directory: str | Path = ".") -> list[str]:
             private.chmod(_PRIVATE)
             done.append(f"made {DSTACK_DIR}/ private (mode 0700)")
         if _add_ignore(base / ".gitignore"):
-            done.append(f"added {IGNORE_LINES[0]} to .gitignore (but backend.yml, quotas.yml)")
+            done.append(
+                f"added {IGNORE_LINES[0]} to .gitignore (but backend.yml, quotas.yml, policies/)"
+            )
     except OSError as e:
         raise DstackPlanError(f"{base}: cannot initialise: {e}") from None
     return done
@@ -47,7 +55,7 @@ def _add_ignore(gitignore: Path) -> bool:
     if any(line.strip() in _ALREADY_IGNORED for line in text.splitlines()):
         return False
     prefix = "\n" if text and not text.endswith("\n") else ""
-    comment = "# dstack-plan: state, backups, locks and secrets; not the backend or quotas\n"
+    comment = "# dstack-plan: state, backups, locks, secrets; not backend, quotas or policies\n"
     with gitignore.open("a") as f:
         f.write(prefix + comment + "".join(f"{line}\n" for line in IGNORE_LINES))
     return True

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dstack_plan.plan.model import Plan, ResourceChange
 
+if TYPE_CHECKING:
+    from dstack_plan.policy.model import PolicyReport
 
-def plan_to_json(plan: Plan) -> dict[str, Any]:
+
+def plan_to_json(plan: Plan, policy: PolicyReport | None = None) -> dict[str, Any]:
+    """The JSON plan; with `policy` (the plan was checked against policy files), a `policy`
+    section: `{"rules": [{name, file, severity, outcome, message}], "denied": bool}`."""
     add, change, destroy = plan.counts()
-    return {
+    document: dict[str, Any] = {
         "format_version": plan.format_version,
         "applyable": plan.has_changes,
         "complete": not plan.targets,
@@ -27,6 +32,9 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "replace": list(plan.replace),
         "warnings": list(plan.warnings),
     }
+    if policy is not None:
+        document["policy"] = policy.to_json()
+    return document
 
 
 def _resource_change(change: ResourceChange) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -12,12 +13,18 @@ from dstack_plan.errors import PlanError
 from dstack_plan.plan.model import PLAN_FORMAT_VERSION, Plan
 from dstack_plan.state.backend import StateSnapshot
 
+if TYPE_CHECKING:
+    from dstack_plan.policy.model import PolicyReport
+
 _KIND = "dstack-plan saved plan"
 
 
-def save_plan(plan: Plan, path: str | Path) -> None:
-    """Write the plan (names of secrets only, never values), readable by the owner only."""
-    payload = {"kind": _KIND, "plan": plan.model_dump(mode="json")}
+def save_plan(plan: Plan, path: str | Path, policy: PolicyReport | None = None) -> None:
+    """Write the plan (names of secrets only, never values), readable by the owner only,
+    with the results of the policy checks it passed through (`policy`), if any."""
+    payload: dict[str, object] = {"kind": _KIND, "plan": plan.model_dump(mode="json")}
+    if policy is not None:
+        payload["policy"] = policy.to_json()
     text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -40,6 +47,21 @@ def load_plan(path: str | Path) -> Plan:
     if plan.format_version.split(".")[0] != PLAN_FORMAT_VERSION.split(".")[0]:
         raise PlanError(f"{path}: plan format {plan.format_version} is not supported")
     return plan
+
+
+def load_policy_record(path: str | Path) -> PolicyReport | None:
+    """The policy results recorded in saved plan `path` (None: it was not checked against
+    any policy); call after `load_plan`, which reports unreadable files."""
+    from dstack_plan.policy.model import PolicyReport
+
+    payload = json.loads(Path(path).read_text())
+    record = payload.get("policy")
+    if record is None:
+        return None
+    try:
+        return PolicyReport.model_validate(record)
+    except ValidationError as e:
+        raise PlanError(f"{path}: damaged policy results ({e.error_count()} problems)") from None
 
 
 def check_not_stale(plan: Plan, snapshot: StateSnapshot, path: str | Path) -> None:

@@ -39,11 +39,17 @@ def test_secret_never_leaks(dstack: Dstack, tmp_path: Path) -> None:
     secrets_file.chmod(0o600)
 
     outputs = []
-    for args in (("plan",), ("plan", "--json"), ("plan", "-out", "saved.json")):
+    for args in (
+        ("plan",),
+        ("plan", "--json"),
+        ("plan", "-out", "saved.json"),
+        ("plan", "--format", "markdown", "--markdown", "comment.md"),
+    ):
         result = dstack(*args)
         assert result.returncode == 0, result.stderr
         outputs.append(result.stdout + result.stderr)
     assert "(sensitive)" in outputs[0]
+    assert "(sensitive)" in outputs[3] and "API_TOKEN" in outputs[3]  # masked, not dropped
     applied = dstack("apply", "-y")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     outputs.append(applied.stdout + applied.stderr)
@@ -65,6 +71,7 @@ def test_secret_never_leaks(dstack: Dstack, tmp_path: Path) -> None:
     for text in outputs:
         assert SECRET not in text
     files = every_file_under(project / ".dstack") + [project / "saved.json"]
+    files.append(project / "comment.md")
     files += every_file_under(tmp_path / "agent")
     files += list(tmp_path.glob("*.log"))
     for path in files:

@@ -54,7 +54,6 @@ digraph dstack {
   "task.eval";
   "task.train";
   "volume.data";
-  "task.eval" -> "fleet.pool";
   "task.train" -> "fleet.pool";
   "task.eval" -> "task.train";
   "task.train" -> "volume.data";
@@ -101,11 +100,13 @@ def test_init_creates_private_dir_and_gitignore_idempotently(tmp_path: Path) -> 
     assert code == 0
     assert out.splitlines() == [
         "Created .dstack/ (mode 0700).",
-        "Added .dstack/* to .gitignore (but backend.yml, quotas.yml).",
+        "Added .dstack/* to .gitignore (but backend.yml, quotas.yml, policies/).",
     ]
     assert stat.S_IMODE((tmp_path / ".dstack").stat().st_mode) == 0o700
     first = (tmp_path / ".gitignore").read_text()
-    assert [".dstack/*", "!.dstack/backend.yml", "!.dstack/quotas.yml"] == first.splitlines()[1:]
+    assert [
+        ".dstack/*", "!.dstack/backend.yml", "!.dstack/quotas.yml", "!.dstack/policies/"
+    ] == first.splitlines()[1:]  # fmt: skip
 
     code, out = invoke("init", str(tmp_path))
     assert (code, out) == (0, "Already initialised: nothing to do.\n")
@@ -126,6 +127,7 @@ def test_git_ignores_the_state_and_secrets_but_not_the_backend_and_quotas(tmp_pa
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     init_workspace(tmp_path)
     names = ["state.json", "state.json.backup", "secrets.yml", "backend.yml", "quotas.yml"]
+    names.append("policies/limits.yml")
     checked = subprocess.run(
         ["git", "check-ignore", *(f".dstack/{n}" for n in names)],
         cwd=tmp_path, capture_output=True, text=True,
@@ -161,9 +163,13 @@ def test_graph_from_configuration(tmp_path: Path) -> None:
 
 def test_graph_from_state_when_the_configuration_is_gone(tmp_path: Path) -> None:
     make_state(tmp_path / ".dstack" / "state.json")
-    # state edges differ from the config's on purpose: eval records only its own dependency
-    expected = DOT.replace('  "task.eval" -> "fleet.pool";\n', "")
-    assert invoke("graph", str(tmp_path)) == (0, expected)
+    # the same picture (DOT shows the transitive reduction: eval -> fleet.pool is implied)
+    assert invoke("graph", str(tmp_path)) == (0, DOT)
+    # but state edges differ from the config's on purpose: eval records only its own one
+    code, out = invoke("graph", "--json", str(tmp_path))
+    nodes = {node["address"]: node for node in json.loads(out)["nodes"]}
+    assert nodes["task.eval"]["depends_on"] == ["task.train"]
+    assert nodes["task.train"]["provider"] == "local"
 
 
 def test_graph_of_an_empty_project(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ from dstack_plan.config.loader import load_text
 from tests.conftest import REPO_ROOT
 from tests.unit.test_config_conformance import conformance_files
 
-SEEDS = [
-    p.read_text() for p in sorted((REPO_ROOT / "examples").rglob("*.y*ml")) + conformance_files()
+SEEDS = [  # the dstack configs among the examples (not CI pipelines or policy files)
+    p.read_text()
+    for p in sorted((REPO_ROOT / "examples").rglob("*.dstack.y*ml")) + conformance_files()
 ]
 SEED_DOCS = [d for text in SEEDS for d in yaml.safe_load_all(text) if isinstance(d, dict)]
 

@@ -165,7 +165,7 @@ def test_wrong_types_in_every_field_give_config_messages() -> None:
 
 
 def corpus_documents() -> list[dict[str, Any]]:
-    files = sorted((REPO_ROOT / "examples").rglob("*.y*ml")) + conformance_files()
+    files = sorted((REPO_ROOT / "examples").rglob("*.dstack.y*ml")) + conformance_files()
     return [
         d for p in files for d in yaml.safe_load_all(Path(p).read_text()) if isinstance(d, dict)
     ]

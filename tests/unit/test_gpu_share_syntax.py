@@ -330,7 +330,7 @@ def _corpus() -> list[tuple[str, str]]:
 def _config_files() -> list[Path]:
     examples = SHARED_DIR / "conformance" / "dstack-examples"
     files = sorted(examples.iterdir()) if examples.is_dir() else []
-    return [*files, *sorted((REPO_ROOT / "examples").rglob("*.yml"))]
+    return [*files, *sorted((REPO_ROOT / "examples").rglob("*.dstack.yml"))]
 
 
 def test_no_dstack_config_asks_for_a_share() -> None:

@@ -1,0 +1,86 @@
+"""Policy files, their rules, and the outcome of checking a plan against them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dstack_plan.config.base import Strict
+
+Severity = Literal["deny", "warn"]
+Outcome = Literal["pass", "fail"]
+
+
+class Rule(Strict):
+    """One rule of a policy file: `expression` (CEL) must be true for the plan to pass."""
+
+    name: str = Field(min_length=1, max_length=128)
+    expression: str = Field(min_length=1)
+    message: str = Field(min_length=1)
+    """Printed (and recorded) when the expression is false."""
+    severity: Severity = "deny"
+    """`deny`: a failure fails the plan (exit 1); `warn`: it is printed, the exit code stays."""
+
+
+class PolicyFile(Strict):
+    """The content of a policy file: `rules:`, a list of rules."""
+
+    rules: list[Rule] = Field(min_length=1)
+
+
+class Where(NamedTuple):
+    """Where a rule's expression starts in its file, to locate errors inside it."""
+
+    line: int
+    """1-based line of the expression's first character."""
+    column: int
+    """1-based column of that character."""
+    block: bool
+    """A block scalar (`|`, `>`): the expression's own lines follow the indicator's line."""
+
+
+class LoadedRule(NamedTuple):
+    rule: Rule
+    file: str
+    """The policy file as the user named it (relative to the project when found there)."""
+    where: Where
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """(line, column) in the file of character `offset` of the expression."""
+        before = self.rule.expression[:offset]
+        lines = before.count("\n")
+        last = before.rsplit("\n", 1)[-1]
+        if self.where.block:
+            return self.where.line + lines, self.where.column + len(last)
+        if lines == 0:
+            return self.where.line, self.where.column + len(last)
+        return self.where.line + lines, len(last) + 1
+
+
+class RuleResult(BaseModel):
+    """A rule's outcome, as the JSON plan's `policy.rules` and saved plans record it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    file: str
+    severity: Severity
+    outcome: Outcome
+    message: str
+
+
+class PolicyReport(BaseModel):
+    """The outcome of checking a plan: each rule's result, and whether the plan is denied."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rules: tuple[RuleResult, ...] = ()
+    denied: bool = False
+
+    def failed(self, severity: Severity) -> list[RuleResult]:
+        return [r for r in self.rules if r.outcome == "fail" and r.severity == severity]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON plan's `policy` section: `{"rules": [...], "denied": bool}`."""
+        return {"rules": [r.model_dump() for r in self.rules], "denied": self.denied}

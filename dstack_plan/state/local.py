@@ -19,6 +19,7 @@ import errno
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -90,6 +91,22 @@ def _is_current(fd: int, path: Path) -> bool:
 
 def _read_lock_record(fd: int) -> LockInfo | None:
     return LockInfo.parse(os.pread(fd, 1 << 16, 0))
+
+
+_RECORD_WAIT = (0.01, 0.02, 0.04, 0.08)
+"""Pauses before re-reading a holder's record that is not written yet: a holder writes it
+right after it takes the lock, so one that raced us is named rather than `not readable`."""
+
+
+def _holder_record(fd: int) -> LockInfo | None:
+    """The record of the process holding the lock on `fd`, waiting a moment for it."""
+    info = _read_lock_record(fd)
+    for pause in _RECORD_WAIT:
+        if info is not None:
+            break
+        time.sleep(pause)
+        info = _read_lock_record(fd)
+    return info
 
 
 def _write_lock_record(fd: int, info: LockInfo) -> None:
@@ -331,7 +348,7 @@ class LocalBackend(StateBackend):
             try:
                 # A second try covers a `read_lock_info` probe holding a shared lock briefly.
                 if not _try_flock(fd, fcntl.LOCK_EX) and not _try_flock(fd, fcntl.LOCK_EX):
-                    raise lock_held_error(self.location, _read_lock_record(fd))
+                    raise lock_held_error(self.location, _holder_record(fd))
                 if not _is_current(fd, self.lock_info_path):
                     os.close(fd)  # the holder released and unlinked it: open the new one
                     continue

@@ -17,7 +17,11 @@ Two reference rows put them in proportion: an empty Python process, and one that
 the libraries `dstack plan` needs (pydantic, typer, asyncio, h11, PyYAML; rich only on a
 terminal) and builds one pydantic model.
 
-    python benchmarks/cli_startup.py [-n 10]
+With `--dstack-cli PATH` (dstack's own console script, e.g. 0.22.5 installed in a venv of its
+own: `python3 -m venv /tmp/d && /tmp/d/bin/pip install dstack==0.22.5`), its `--help` is timed
+in the same alternation, and our `plan` must take under half of it.
+
+    python benchmarks/cli_startup.py [-n 10] [--dstack-cli PATH]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import time
 from pathlib import Path
 
 TARGETS = {"--help": 0.25, "plan": 0.5, "plan (agent up)": 0.5}
+THEIRS = "(dstack's --help)"
 PROJECT = """\
 type: task
 name: hello
@@ -81,7 +86,12 @@ print(Model(a=1).a)
 
 
 def measure(
-    script: Path, project: Path, env: dict[str, str], agent_dir: Path, n: int
+    script: Path,
+    project: Path,
+    env: dict[str, str],
+    agent_dir: Path,
+    n: int,
+    theirs: Path | None = None,
 ) -> dict[str, list[float]]:
     """Times of each command; `agent_dir` is where an agent runs (env's dir has none)."""
     planned = "Plan: 3 to add, 0 to change, 0 to destroy."
@@ -94,6 +104,8 @@ def measure(
         "(python)": ([sys.executable, "-c", "print(1)"], "1", env),
         "(libraries)": ([sys.executable, "-c", LIBRARIES], "1", env),
     }
+    if theirs is not None:
+        commands[THEIRS] = ([str(theirs), "--help"], "Usage", env)
     for argv, expect, run_env in commands.values():  # warm-up: bytecode and page cache
         for _ in range(2):
             run(argv, project, run_env, expect)
@@ -107,6 +119,7 @@ def measure(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=10, help="timed runs of each command")
+    parser.add_argument("--dstack-cli", type=Path, help="dstack's own console script")
     args = parser.parse_args()
     script = console_script()
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -124,8 +137,8 @@ def main() -> int:
         agent = [sys.executable, "-m", "dstack_plan.agent"]
         subprocess.run([*agent, "start", "--data-dir", str(agent_dir)], check=True, timeout=60)
         try:
-            with_cache = measure(script, project, cached, agent_dir, args.n)
-            without_cache = measure(script, project, sandbox, agent_dir, args.n)
+            with_cache = measure(script, project, cached, agent_dir, args.n, args.dstack_cli)
+            without_cache = measure(script, project, sandbox, agent_dir, args.n, args.dstack_cli)
         finally:
             subprocess.run(
                 [*agent, "stop", "--data-dir", str(agent_dir)], capture_output=True, timeout=60
@@ -147,6 +160,13 @@ def main() -> int:
         f"with the agent up {medians['plan (agent up)']:.3f} s (target < {TARGETS['plan']} s), "
         f"median of {args.n} -> {'OK' if ok else 'MISS'}"
     )
+    if args.dstack_cli is not None:
+        theirs = statistics.median(with_cache[THEIRS])
+        ratio = medians["plan"] / theirs
+        print(
+            f"dstack plan {medians['plan']:.3f} s vs dstack's own --help {theirs:.3f} s: "
+            f"{ratio:.2f}x (target < 0.5x) -> {'OK' if ratio < 0.5 else 'MISS'}"
+        )
     return 0
 
 

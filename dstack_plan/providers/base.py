@@ -42,14 +42,6 @@ class MachineResources(_Frozen):
     disk_gb: float
     gpus: tuple[GPU, ...] = ()
 
-    def pretty(self) -> str:
-        text = f"cpu={self.cpus} mem={self.memory_gb:g}GB disk={self.disk_gb:g}GB"
-        if self.gpus:
-            first = self.gpus[0]
-            memory = f":{first.memory_mib // 1024}GB" if first.memory_mib else ""
-            text += f" gpu={first.name}{memory}:{len(self.gpus)}"
-        return text
-
 
 class Offer(_Frozen):
     """A machine a provider can hand out, and at what price."""

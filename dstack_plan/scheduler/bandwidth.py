@@ -7,10 +7,15 @@ inputs give equal answers, and the caller's own preference, such as packing, dec
 equally connected sets). A link is symmetric: the lower of the directions measured, unknown
 when none was (never probed, or the probe failed): unknown ranks below every measured value.
 
-Rates that differ by less than `tolerance` (10% by default) count as equal: probes are noisy,
-and a 3% difference must not override the caller's preference. Exact (every combination) while
-there are at most `EXACT_LIMIT` combinations; beyond that greedy: from each of the best-linked
-pairs, add the host that keeps the minimum highest.
+Rates within a factor of `1 + tolerance` of each other (1.5 by default) count as equal: a
+0.5 s probe between busy hosts varies by tens of percent from one run to the next, and that
+noise must not override the caller's preference, while the differences that matter (a 10 vs a
+25 or 100 Gbit/s link, a congested switch) are factors of two and more. Rates are grouped from
+the fastest down, each group anchored on its fastest rate, so two rates a hair apart never
+land in different groups by where a fixed bucket boundary happens to fall.
+
+Exact (every combination) while there are at most `EXACT_LIMIT` combinations; beyond that
+greedy: from each of the best-linked pairs, add the host that keeps the minimum highest.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ def best_gang(
     size: int,
     bandwidth: Mapping[tuple[str, str], float],
     *,
-    tolerance: float = 0.1,
+    tolerance: float = 0.5,
 ) -> GangChoice | None:
     """The best `size` distinct hosts of `candidates` for a gang, by the measured
     `bandwidth` ((src, dst) -> bytes per second, as `BandwidthRecord.matrix()` gives it);
@@ -71,19 +76,32 @@ def best_gang(
 
 
 class _Levels:
-    """Each measured link's rate as a level (log base 1 + tolerance, rounded down), between
-    candidate indices; only measured links are stored, so a large fleet costs what it has."""
+    """Each measured link's rate as a level between candidate indices: rates sorted from the
+    fastest, a new (lower) level starting where a rate falls below the current level's
+    fastest divided by 1 + tolerance. Only measured links are stored, so a large fleet costs
+    what it has; every level is above UNKNOWN."""
 
     def __init__(
         self, hosts: Sequence[str], rates: Mapping[tuple[str, str], float], tolerance: float
     ):
         index = {h: i for i, h in enumerate(hosts)}
-        step = math.log1p(max(tolerance, 1e-9))
-        self.known: dict[tuple[int, int], int] = {}
+        links: dict[tuple[int, int], float] = {}
         for (a, b), rate in rates.items():
             if a in index and b in index and rate > 0:
                 i, j = sorted((index[a], index[b]))
-                self.known[(i, j)] = math.floor(math.log(rate) / step)
+                links[(i, j)] = rate
+        group_of: dict[float, int] = {}
+        groups = 0
+        anchor = math.inf
+        for rate in sorted(set(links.values()), reverse=True):
+            if rate * (1 + max(tolerance, 0.0)) < anchor:
+                groups += 1
+                anchor = rate
+            group_of[rate] = groups
+        # the fastest group gets the highest level; the slowest is level 0
+        self.known: dict[tuple[int, int], int] = {
+            pair: groups - group_of[rate] for pair, rate in links.items()
+        }
 
     def __call__(self, i: int, j: int) -> int:
         return self.known.get((i, j) if i < j else (j, i), UNKNOWN)

@@ -66,6 +66,26 @@ def test_rates_within_the_tolerance_leave_the_callers_order_to_decide() -> None:
     assert strict is not None and strict.hosts == ("c", "d")
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    base=st.floats(1e6, 1e11),
+    noise=st.lists(st.floats(1.0, 1.45), min_size=6, max_size=6),
+)
+def test_probe_noise_on_alike_hosts_never_overrides_the_callers_order(
+    base: float, noise: list[float]
+) -> None:
+    # four alike hosts whose probes came back up to 45% apart, wherever the rates fall:
+    # the caller's first two (its packing choice) win, as they did before anything was measured
+    hosts = ["h1", "h2", "h3", "h4"]
+    matrix = {pair: base * f for pair, f in zip(combinations(hosts, 2), noise, strict=True)}
+    choice = best_gang(hosts, 2, matrix)
+    assert choice is not None and choice.hosts == ("h1", "h2")
+    # while a link a real throttle slowed (a factor of two and more) still loses
+    slowed = matrix | {("h1", "h2"): base / 2.5}
+    choice = best_gang(hosts, 2, slowed)
+    assert choice is not None and choice.hosts != ("h1", "h2")
+
+
 def test_too_few_candidates_is_none_and_one_node_needs_no_matrix() -> None:
     assert best_gang(["a", "b"], 3, {}) is None
     assert best_gang(["a", "a", "a"], 2, {}) is None  # distinct hosts only

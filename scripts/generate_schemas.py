@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from dstack_plan.config.schema import KINDS, kind_schema, union_schema
+from dstack_plan.policy.model import policy_file_schema
 
 SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -18,6 +19,7 @@ def rendered() -> dict[str, str]:
     """File name -> exact file content, for every published schema."""
     files = {f"{kind}.schema.json": kind_schema(kind) for kind in KINDS}
     files["dstack.schema.json"] = union_schema()
+    files["policy.schema.json"] = policy_file_schema()
     return {
         name: json.dumps(schema, indent=2, sort_keys=True) + "\n" for name, schema in files.items()
     }

@@ -1,4 +1,4 @@
-"""`dstack validate`: load and check configuration files."""
+"""`dstack validate`: load and check configuration files and policy files."""
 
 from __future__ import annotations
 
@@ -6,43 +6,59 @@ from pathlib import Path
 
 import typer
 
+from dstack_plan.cli.policy_view import PolicyOpt
+
 
 def validate(
     directory: Path = typer.Argument(Path("."), help="Project directory."),
     files: list[str] = typer.Option(
         [], "-f", "--file", help="A configuration file (repeatable; '-' reads stdin)."
     ),
+    policy: list[str] = PolicyOpt,
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result."),
 ) -> None:
-    """Check configuration files and report every problem with its location.
+    """Check configuration files and policy files and report every problem with its location.
 
     Checks everything `plan` checks without state or agents: the files, then references
     between resources, dependency cycles and the limits dstack's server checks (with the
-    same functions `plan` uses).
+    same functions `plan` uses); and every rule of the policy files (`--policy` and the
+    project's `.dstack/policies/`): its fields, the syntax of its expression and the names
+    it uses.
     """
     from dstack_plan.cli.output import print_error, print_json
     from dstack_plan.config.loader import load_project
-    from dstack_plan.errors import ConfigError
+    from dstack_plan.errors import ConfigError, ConfigIssue
     from dstack_plan.plan.limits import checked_dependencies
+    from dstack_plan.policy.check import check_policy_files
 
+    issues: list[ConfigIssue] = []
+    desired = None
     try:
         desired = load_project(directory, files)
         checked_dependencies(desired, directory)
     except ConfigError as e:
+        issues += e.issues
+    rules = []
+    try:
+        rules = check_policy_files(directory, policy)
+    except ConfigError as e:
+        issues += e.issues
+    if issues or desired is None:
         if as_json:
             print_json(
                 {
                     "valid": False,
                     "resources": [],
                     "presets": [],
+                    "policies": [],
                     "errors": [
                         {"file": i.file, "line": i.line, "column": i.column, "message": i.message}
-                        for i in e.issues
+                        for i in issues
                     ],
                 }
             )
         else:
-            print_error(e)
+            print_error(ConfigError(issues))
         raise typer.Exit(1) from None
     if as_json:
         print_json(
@@ -56,11 +72,20 @@ def validate(
                 "presets": [
                     {"name": r.name, "file": r.source.file} for r in desired.presets.values()
                 ],
+                "policies": [
+                    {"name": r.rule.name, "file": r.file, "severity": r.rule.severity}
+                    for r in rules
+                ],
                 "errors": [],
             }
         )
         return
-    count = len(desired)
-    presets = len(desired.presets)
-    also = f" and {presets} preset{'s' if presets != 1 else ''}" if presets else ""
-    typer.echo(f"{count} resource{'s' if count != 1 else ''}{also} OK")
+    checked = [_count(len(desired), "resource")]
+    checked += [_count(len(desired.presets), "preset")] if desired.presets else []
+    checked += [_count(len(rules), "policy rule")] if rules else []
+    head = ", ".join(checked[:-1])
+    typer.echo(f"{head} and {checked[-1]} OK" if head else f"{checked[0]} OK")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"

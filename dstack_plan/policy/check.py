@@ -10,7 +10,7 @@ from dstack_plan.policy.loader import load_rules, policy_paths
 
 if TYPE_CHECKING:
     from dstack_plan.plan.model import Plan
-    from dstack_plan.policy.model import PolicyReport
+    from dstack_plan.policy.model import LoadedRule, PolicyReport
 
 
 def check_plan(
@@ -25,3 +25,17 @@ def check_plan(
     from dstack_plan.policy.evaluate import evaluate
 
     return evaluate(load_rules(files), plan_to_json(plan))
+
+
+def check_policy_files(project_dir: str | Path, explicit: Iterable[str] = ()) -> list[LoadedRule]:
+    """Every rule of the policy files `explicit` and the project's `.dstack/policies/`, each
+    expression compiled and its names checked, without a plan (`dstack validate`);
+    ConfigError (FILE:LINE:COL) for every problem. CEL is imported only when there are files."""
+    files = policy_paths(project_dir, explicit)
+    if not files:
+        return []
+    from dstack_plan.policy.evaluate import compile_rules
+
+    rules = load_rules(files)
+    compile_rules(rules)
+    return rules

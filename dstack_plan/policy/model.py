@@ -29,6 +29,15 @@ class PolicyFile(Strict):
     rules: list[Rule] = Field(min_length=1)
 
 
+def policy_file_schema() -> dict[str, Any]:
+    """The JSON Schema of a policy file (`schemas/policy.schema.json`, `dstack schema policy`),
+    for editors; expressions themselves are checked by `dstack validate`."""
+    from dstack_plan.config.schema import SCHEMA_DIALECT  # noqa: PLC0415 - schema output only
+
+    schema = PolicyFile.model_json_schema(mode="validation")
+    return {"$schema": SCHEMA_DIALECT, "$id": "policy.schema.json", **schema}
+
+
 class Where(NamedTuple):
     """Where a rule's expression starts in its file, to locate errors inside it."""
 

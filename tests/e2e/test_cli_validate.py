@@ -49,6 +49,7 @@ def test_validate_json(tmp_path: Path) -> None:
             {"address": "task.ok", "kind": "task", "name": "ok", "file": "ok.dstack.yml"}
         ],
         "presets": [],
+        "policies": [],
         "errors": [],
     }
     (tmp_path / "bad.dstack.yml").write_text("type: fleet\nnodes: x\n")
@@ -68,6 +69,54 @@ def test_validate_files_and_stdin(tmp_path: Path) -> None:
     assert piped.stdout.strip() == "1 resource OK"
     broken = run("validate", "-f", "-", stdin="type: task\n  bad: [\n")
     assert broken.returncode == 1 and broken.stderr.startswith("<stdin>:")
+
+
+TASK = "type: task\nname: train\ncommands: [python train.py]\n"
+
+
+def test_validate_checks_the_projects_policies_and_those_given(tmp_path: Path) -> None:
+    (tmp_path / "train.dstack.yml").write_text(TASK)
+    policies = tmp_path / ".dstack" / "policies"
+    policies.mkdir(parents=True)
+    for name in ("max-gpus.yml", "protect-volumes.yml"):
+        (policies / name).write_text((REPO_ROOT / "examples" / "policies" / name).read_text())
+    result = run("validate", ".", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "1 resource and 2 policy rules OK\n"
+
+    # a rule naming a field the plan does not have, and a syntax error, in a file given:
+    # both located, with the configuration's own error beside them, exit 1
+    (tmp_path / "gate.yml").write_text(
+        "rules:\n"
+        "  - name: typo\n"
+        '    expression: "runs.all(r, r.gpuz <= 8)"\n'
+        "    message: too many GPUs\n"
+        "  - name: broken\n"
+        '    expression: "runs.all(r, r.gpus <= )"\n'
+        "    message: never\n"
+    )
+    (tmp_path / "bad.dstack.yml").write_text("type: task\ncomands: [x]\n")
+    result = run("validate", ".", "--policy", "gate.yml", "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    errors = json.loads(result.stdout)["errors"]
+    where = [(e["file"], e["line"]) for e in errors]
+    assert where == [("bad.dstack.yml", 2), ("gate.yml", 3), ("gate.yml", 6)], errors
+    assert "no field 'gpuz'" in errors[1]["message"]
+    assert errors[2]["message"].startswith("rule 'broken': syntax error")
+
+    (tmp_path / "bad.dstack.yml").unlink()
+    (tmp_path / "gate.yml").write_text(
+        "rules:\n  - name: cheap\n    expression: cost.after < 10.0\n"
+        "    message: over budget\n    severity: warn\n"
+    )
+    result = run("validate", ".", "--policy", "gate.yml", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    checked = json.loads(result.stdout)["policies"]
+    assert {(p["name"], p["file"], p["severity"]) for p in checked} == {
+        ("max-gpus", ".dstack/policies/max-gpus.yml", "deny"),
+        ("protect-volumes", ".dstack/policies/protect-volumes.yml", "deny"),
+        ("cheap", "gate.yml", "warn"),
+    }
 
 
 def test_schema_unknown_kind_is_a_clean_error() -> None:

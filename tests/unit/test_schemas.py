@@ -64,8 +64,24 @@ def test_schema_rejects_an_unknown_key() -> None:
 
 
 def test_dstack_schema_command_prints_each_kind() -> None:
-    for kind in ("task", None):
+    for kind in ("task", "policy", None):
         args = [sys.executable, "-m", "dstack_plan.cli", "schema"] + ([kind] if kind else [])
         out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
         name = f"{kind}.schema.json" if kind else "dstack.schema.json"
         assert json.loads(out) == json.loads((SCHEMAS / name).read_text())
+
+
+def test_the_policy_schema_accepts_every_shipped_policy_and_rejects_a_typo() -> None:
+    schema = json.loads((SCHEMAS / "policy.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    shipped = sorted((REPO_ROOT / "examples" / "policies").glob("*.yml"))
+    assert len(shipped) >= 4
+    for path in shipped:
+        errors = list(validator.iter_errors(yaml.safe_load(path.read_text())))
+        assert not errors, (path.name, [e.message for e in errors])
+    rule = {"name": "r", "expression": "true", "message": "m"}
+    assert not list(validator.iter_errors({"rules": [rule]}))
+    assert list(validator.iter_errors({"rules": [rule | {"severity": "block"}]}))
+    assert list(validator.iter_errors({"rules": [{**rule, "expresion": "true"}]}))
+    assert list(validator.iter_errors({"rules": []}))

@@ -91,6 +91,7 @@ def test_validate_json_lists_reference_errors(
         "valid": False,
         "resources": [],
         "presets": [],
+        "policies": [],
         "errors": [
             {
                 "file": "svc.dstack.yml",

@@ -1,26 +1,43 @@
-"""`dstack init`: prepare a project directory, and choose where its state lives."""
+"""`dstack init`: prepare a project directory, choose where its state lives
+(`--backend local|s3`: .dstack/backend.yml) and which clouds it uses
+(`--backend aws|gcp|azure`: .dstack/backends.yml)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from dstack_plan.cli import common
 
+if TYPE_CHECKING:
+    from dstack_plan.config.backends import AnyBackend
+
 
 def init(
     directory: Path = common.DirArg,
     backend: str = typer.Option(
-        None, "--backend", help="Where state lives: local or s3 (writes .dstack/backend.yml)."
+        None,
+        "--backend",
+        help="local or s3: where the state lives (writes .dstack/backend.yml). aws, gcp or "
+        "azure: a cloud to create instances in (adds it to .dstack/backends.yml).",
+    ),
+    project_id: str = typer.Option(None, "--project-id", help="gcp: the GCP project id."),
+    subscription_id: str = typer.Option(
+        None, "--subscription-id", help="azure: the Azure subscription id."
     ),
     bucket: str = typer.Option(None, "--bucket", help="s3: the bucket."),
     key: str = typer.Option(None, "--key", help="s3: the state object's key, e.g. a/state.json"),
-    region: str = typer.Option(None, "--region", help="s3: the bucket's region."),
+    region: str = typer.Option(
+        None, "--region", help="s3: the bucket's region; aws, gcp, azure: the one region to use."
+    ),
     endpoint_url: str = typer.Option(
         None, "--endpoint-url", help="s3: an S3-compatible endpoint."
     ),
-    profile: str = typer.Option(None, "--profile", help="s3: an AWS profile (~/.aws/config)."),
+    profile: str = typer.Option(
+        None, "--profile", help="s3, aws: an AWS profile (~/.aws/config)."
+    ),
     kms_key_id: str = typer.Option(
         None, "--kms-key-id", help="s3: encrypt with this KMS key (SSE-KMS) instead of SSE-S3."
     ),
@@ -34,10 +51,52 @@ def init(
     --region R` for a state a team shares (credentials come from boto3's own chain, never
     from the project), `--backend local` for a file. Refused when the local state it would
     leave holds resources: `dstack state migrate --to ...` copies them over first.
+
+    `--backend aws [--region R] [--profile P]`, `--backend gcp --project-id P [--region R]` and
+    `--backend azure --subscription-id S [--region R]` instead add that cloud to
+    .dstack/backends.yml (replacing its entry, keeping the others): see docs/backends.md.
     """
     from dstack_plan.cli.output import print_lines
     from dstack_plan.inspect.workspace import init_workspace
 
+    if backend is not None and backend not in ("local", "s3", *_CLOUDS):
+        from dstack_plan.errors import DstackPlanError
+
+        raise DstackPlanError(
+            f"--backend: expected local or s3 (state), or aws, gcp or azure (a cloud), "
+            f"got {backend!r}"
+        )
+    if backend in _CLOUDS:
+        cloud = _cloud_backend(
+            backend,
+            region=region,
+            project_id=project_id,
+            subscription_id=subscription_id,
+            profile=profile,
+            others={
+                "--bucket": bucket,
+                "--key": key,
+                "--endpoint-url": endpoint_url,
+                "--kms-key-id": kms_key_id,
+                "--path": path,
+            },
+        )
+        from dstack_plan.config.backends import BACKENDS_FILE, save_backend
+
+        done = init_workspace(directory)
+        save_backend(directory, cloud)
+        lines = [f"{d[0].upper()}{d[1:]}." for d in done]
+        regions = f" in {', '.join(cloud.regions)}" if cloud.regions else ""
+        lines.append(f"Wrote {BACKENDS_FILE}: the {backend} backend{regions}.")
+        print_lines(lines)
+        return
+    given = [
+        n for n, v in (("--project-id", project_id), ("--subscription-id", subscription_id)) if v
+    ]
+    if given:
+        from dstack_plan.errors import DstackPlanError
+
+        raise DstackPlanError(f"{', '.join(given)}: only for --backend gcp or azure")
     config = None
     if backend is not None or any((bucket, key, region, endpoint_url, profile, kms_key_id, path)):
         from dstack_plan.inspect.state_init import backend_config_from_flags, check_switch
@@ -60,3 +119,41 @@ def init(
 
         lines.append(save(directory, config))
     print_lines(lines or ["Already initialised: nothing to do."])
+
+
+_CLOUDS = ("aws", "gcp", "azure")
+
+
+def _cloud_backend(
+    backend: str,
+    *,
+    region: str | None,
+    project_id: str | None,
+    subscription_id: str | None,
+    profile: str | None,
+    others: dict[str, str | None],
+) -> AnyBackend:
+    """The backends.yml entry `--backend aws|gcp|azure` asks for; DstackPlanError for a flag
+    that does not go with it or a missing one."""
+    from dstack_plan.config.backends import AWSBackend, AzureBackend, GCPBackend
+    from dstack_plan.errors import DstackPlanError
+
+    wrong = [n for n, v in others.items() if v is not None]
+    if project_id is not None and backend != "gcp":
+        wrong.append("--project-id")
+    if subscription_id is not None and backend != "azure":
+        wrong.append("--subscription-id")
+    if profile is not None and backend != "aws":
+        wrong.append("--profile")
+    if wrong:
+        raise DstackPlanError(f"{', '.join(wrong)}: not for --backend {backend}")
+    regions = [region] if region else None
+    if backend == "aws":
+        return AWSBackend(type="aws", regions=regions, profile=profile)
+    if backend == "gcp":
+        if not project_id:
+            raise DstackPlanError("--backend gcp needs --project-id (the GCP project's id)")
+        return GCPBackend(type="gcp", project_id=project_id, regions=regions)
+    if not subscription_id:
+        raise DstackPlanError("--backend azure needs --subscription-id (the Azure subscription)")
+    return AzureBackend(type="azure", subscription_id=subscription_id, regions=regions)

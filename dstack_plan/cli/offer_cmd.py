@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from dstack_plan.config.resources import ResourcesSpec
     from dstack_plan.inspect.offers import OfferRow, OfferView
 
+UNMATCHED_SHOWN = 10
+"""Machines that do not match listed in the table (--json lists every one)."""
 _STYLE = {"idle": "green", "available": "green", "busy": "yellow", "unreachable": "red"}
 
 
@@ -22,13 +24,20 @@ def offer(
     cpu: str = typer.Option(None, "--cpu", help="CPU count range, optionally with arch (8..)."),
     memory: str = typer.Option(None, "--memory", help="Memory range (64GB..)."),
     disk: str = typer.Option(None, "--disk", help="Disk size range (100GB..)."),
+    backend: str = typer.Option(
+        None,
+        "--backend",
+        help="Only the offers of this cloud backend of .dstack/backends.yml (aws), no hosts.",
+    ),
     state: str = common.StateOpt,
     as_json: bool = common.JsonOpt,
 ) -> None:
     """List the machines a job with these resources could run on, cheapest first.
 
     The machines are this one (fleet `local`), the hosts of every SSH fleet in state and the
-    offers of installed cloud providers (none ship yet). Resources not given take the
+    offers of the cloud backends .dstack/backends.yml configures (instance types from the
+    catalogue shipped with dstack-plan, in the regions the backend offers them, on-demand
+    and spot); --backend lists one backend's offers only. Resources not given take the
     defaults a run without `resources:` gets (cpu=2.. mem=8GB.. disk=100GB..). A fleet's host
     matches when it can give the lower bounds (it is shared); AVAILABILITY says idle, available
     (jobs run there, the GPUs asked for are free) or busy, with what runs there. Machines that
@@ -42,7 +51,7 @@ def offer(
 
     requirements = _requirements(gpu=gpu, cpu=cpu, memory=memory, disk=disk)
     project = common.make_project(directory, [], state)
-    view = common.run_with(project, lambda p: list_offers(p, requirements))
+    view = common.run_with(project, lambda p: list_offers(p, requirements, backend))
     if as_json:
         print_json(view.model_dump(mode="json"))
         return
@@ -80,7 +89,7 @@ def _render(view: OfferView) -> Any:
         for number, row in enumerate(view.offers, 1):
             table.add_row(
                 str(number),
-                row.fleet or "-",
+                row.fleet or f"{row.provider} {row.region}",
                 row.host,
                 _resources(row),
                 f"${row.price_per_hour:g}",
@@ -91,9 +100,17 @@ def _render(view: OfferView) -> Any:
         parts.append(Text("No machine matches."))
     if view.unmatched:
         parts.append(Text(f"Not matching ({len(view.unmatched)}):"))
-        for miss in view.unmatched:
+        # a cloud catalogue has dozens of types per region: the table shows the first ones
+        shown = (
+            view.unmatched
+            if len(view.unmatched) <= UNMATCHED_SHOWN + 2
+            else (view.unmatched[:UNMATCHED_SHOWN])
+        )
+        for miss in shown:
             where = f"{miss.fleet} ({miss.host})" if miss.fleet and miss.host else miss.host
             parts.append(Text(f"  {where or miss.fleet}: {miss.reason}"))
+        if len(shown) < len(view.unmatched):
+            parts.append(Text(f"  ... {len(view.unmatched) - len(shown)} more (--json lists all)"))
     parts += [Text(f"Note: {note}") for note in view.notes]
     return Group(*parts)
 

@@ -3,7 +3,8 @@
     view = await list_offers(project, ResourcesSpec.model_validate({"gpu": "A100:2"}))
 
 The machines are this one (the `local` fleet), the hosts of every SSH fleet in state, and the
-offers of any other installed provider (none ship yet: cloud providers are still to come).
+offers of the cloud backends `.dstack/backends.yml` configures (`providers/configured.py`;
+just one backend's offers with `backend=`).
 A fleet's host is shared by the jobs placed on it, so it matches when it can give the lower
 bounds (`scheduler.matching.static_mismatch`); a provider's offer is a whole machine, so every
 range must hold it (`offer_mismatch`). Each host's agent is asked what runs there, to say
@@ -25,6 +26,7 @@ from dstack_plan.apply.machines import Machine
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.providers.base import MachineResources, Offer
+from dstack_plan.providers.configured import CLOUDS, cloud_providers
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.providers.registry import GROUP, provider_class
 from dstack_plan.scheduler.matching import (
@@ -117,14 +119,17 @@ def offer_fleets(state: State) -> list[str]:
     return [LOCAL_FLEET, *ssh]
 
 
-async def list_offers(project: Project, requirements: ResourcesSpec) -> OfferView:
-    """The machines that match `requirements`, with availability; see the module doc."""
+async def list_offers(
+    project: Project, requirements: ResourcesSpec, backend: str | None = None
+) -> OfferView:
+    """The machines that match `requirements`, with availability; see the module doc.
+    `backend`: only the offers of that configured cloud backend (no fleet hosts)."""
     state = project.backend.read().state
     deployment = str(project.deployment)
     rows: list[OfferRow] = []
     unmatched: list[Unmatched] = []
     limit = asyncio.Semaphore(PARALLELISM)
-    for fleet in offer_fleets(state):
+    for fleet in offer_fleets(state) if backend is None else []:
         try:
             found = await project.machines.machines(fleet, state)
         except DstackPlanError as e:
@@ -147,7 +152,7 @@ async def list_offers(project: Project, requirements: ResourcesSpec) -> OfferVie
                 return await _host_row(project, machine, state, deployment, requirements)
 
         rows += await asyncio.gather(*(row(m) for m in matching))
-    cloud, notes = await _provider_offers(requirements, unmatched)
+    cloud, notes = await _provider_offers(project, state.lineage, requirements, backend, unmatched)
     ranked = sorted(
         enumerate([*rows, *cloud]),
         key=lambda item: (item[1].availability in _LAST, item[1].price_per_hour, item[0]),
@@ -206,31 +211,48 @@ async def _host_row(
 
 
 async def _provider_offers(
-    requirements: ResourcesSpec, unmatched: list[Unmatched]
+    project: Project,
+    lineage: str,
+    requirements: ResourcesSpec,
+    backend: str | None,
+    unmatched: list[Unmatched],
 ) -> tuple[list[OfferRow], list[str]]:
-    """The offers of every installed provider whose machines are not fleet hosts."""
-    names = sorted({ep.name for ep in entry_points(group=GROUP)} - HOST_PROVIDERS)
-    if not names:
-        return [], ["no cloud provider is installed: only fleet hosts are listed"]
+    """The matching offers of every configured cloud backend and of every third-party
+    provider installed through the entry-point group (or just `backend`), with notes on
+    those that cannot be asked; offers that do not match go to `unmatched`, each type and
+    region once."""
+    configured = cloud_providers(project.directory, lineage=lineage, only=backend)
+    providers = configured.providers
+    notes = list(configured.notes)
+    installed = sorted({ep.name for ep in entry_points(group=GROUP)} - HOST_PROVIDERS - CLOUDS)
+    providers += [provider_class(name)() for name in installed if backend in (None, name)]
+    if backend is not None and backend not in CLOUDS and backend not in installed:
+        known = ", ".join(sorted(CLOUDS | set(installed)))
+        raise DstackPlanError(f"--backend {backend!r}: no such backend (known: {known})")
+    if not providers and not notes:
+        return [], ["no cloud backend is configured (.dstack/backends.yml): fleet hosts only"]
     rows: list[OfferRow] = []
-    notes: list[str] = []
-    for name in names:
+    for provider in providers:
         try:
-            provider = provider_class(name)()
             try:
                 offers = await provider.offers(requirements)
             finally:
                 await provider.close()
-        except Exception as e:  # noqa: BLE001 - a third-party provider must not sink the list
-            log.warning("provider %s: offers failed", name, exc_info=True)
-            notes.append(f"provider {name}: could not list offers: {e}")
+        except DstackPlanError as e:
+            notes.append(f"{provider.name}: could not list offers: {e}")
             continue
+        except Exception as e:  # noqa: BLE001 - a third-party provider must not sink the list
+            log.warning("provider %s: offers failed", provider.name, exc_info=True)
+            notes.append(f"{provider.name}: could not list offers: {e}")
+            continue
+        missed: dict[str, str] = {}
         for offer in offers:
             why = offer_mismatch(requirements, offer.resources)
-            if why is not None:
-                unmatched.append(Unmatched(fleet=None, host=_offer_name(offer), reason=why))
-                continue
-            rows.append(_offer_row(offer))
+            if why is None:
+                rows.append(_offer_row(offer))
+            else:
+                missed.setdefault(_offer_name(offer), why)  # spot and on-demand: one line
+        unmatched += [Unmatched(fleet=None, host=h, reason=r) for h, r in missed.items()]
     return rows, notes
 
 

@@ -73,7 +73,9 @@ def test_kill_9_during_apply_never_loses_track(
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     rng = random.Random(1234)
-    for trial in range(20):
+    # the local backend takes the most kill points; on S3 (the same engine, another commit
+    # path) fewer trials cover its compare-and-swap and keep the suite's time in check
+    for trial in range(20 if state_backend == "local" else 8):
         write_project(project, trial)
         proc = subprocess.Popen(
             [*CLI, "apply", "-y", "--parallelism", "2"],

@@ -105,7 +105,9 @@ def test_this_machine_is_offered_when_its_gpus_match_and_said_why_not_otherwise(
     assert (row["fleet"], row["provider"], row["availability"]) == ("local", "local", "idle")
     assert row["free_gpus"] == 2 and row["held_by"] == []
     assert [g["name"] for g in row["gpus"]] == ["NVIDIA A100-SXM4-80GB"] * 2
-    assert view["notes"] == ["no cloud provider is installed: only fleet hosts are listed"]
+    assert view["notes"] == [
+        "no cloud backend is configured (.dstack/backends.yml): fleet hosts only"
+    ]
 
     for gpu, why in [
         ("H100", "needs 1 GPU H100, has none (it has 2 NVIDIA A100-SXM4-80GB)"),

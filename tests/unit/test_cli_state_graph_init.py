@@ -100,12 +100,13 @@ def test_init_creates_private_dir_and_gitignore_idempotently(tmp_path: Path) -> 
     assert code == 0
     assert out.splitlines() == [
         "Created .dstack/ (mode 0700).",
-        "Added .dstack/* to .gitignore (but backend.yml, quotas.yml, policies/).",
+        "Added .dstack/* to .gitignore (but backend.yml, backends.yml, quotas.yml, policies/).",
     ]
     assert stat.S_IMODE((tmp_path / ".dstack").stat().st_mode) == 0o700
     first = (tmp_path / ".gitignore").read_text()
     assert [
-        ".dstack/*", "!.dstack/backend.yml", "!.dstack/quotas.yml", "!.dstack/policies/"
+        ".dstack/*", "!.dstack/backend.yml", "!.dstack/backends.yml", "!.dstack/quotas.yml",
+        "!.dstack/policies/",
     ] == first.splitlines()[1:]  # fmt: skip
 
     code, out = invoke("init", str(tmp_path))

@@ -1,0 +1,1 @@
+"""The `aws` provider: EC2 instances priced from the shipped catalogue."""

@@ -26,10 +26,10 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dstack_plan.config.base import FieldConflict, ItemError, Strict
-from dstack_plan.config.settings_file import read_documents
+from dstack_plan.config.settings_file import read_mapping
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
-from dstack_plan.errors import ConfigError, ConfigIssue
+from dstack_plan.errors import ConfigError
 from dstack_plan.state.atomic import write_private_atomic
 
 if TYPE_CHECKING:
@@ -182,29 +182,20 @@ def load_backends(project_dir: str | Path) -> BackendsFile:
 
 def parse_backends(text: str, display: str = BACKENDS_FILE) -> BackendsFile:
     """The backends in `text` (a backends file's content); ConfigError as `load_backends`."""
-    documents, issues = read_documents(text, display)
-    if not documents:
-        if issues:
-            raise ConfigError(issues)
+    document = read_mapping(text, display, "backends", required=False)
+    if document is None:
         return BackendsFile(backends=[])
-    if len(documents) > 1:
-        issues.append(ConfigIssue(display, 1, 1, "expected one YAML document, got several"))
-    node, data = documents[0]
-    if not isinstance(data, dict):
-        issues.append(ConfigIssue(display, 1, 1, "expected a mapping with a 'backends' key"))
-        raise ConfigError(issues)
-    try:
-        result = BackendsFile.model_validate(data)
-    except ValidationError as e:
-        # each entry is checked against its own type's model: errors that go through the
-        # discriminated union would otherwise name all three models instead of the one meant
-        pending = _entry_issues(data) or list(
-            issues_from_validation(e, 0, data, BackendsFile, 20 * MAX_ISSUES)
-        )
-        issues.extend(_located(pending[:MAX_ISSUES], text, node, display))
-        raise ConfigError(issues) from None
-    if issues:
-        raise ConfigError(issues)
+    data = document.data
+    # each entry is checked against its own type's model: errors that go through the
+    # discriminated union would otherwise name all three models instead of the one meant
+    result = document.validate(
+        BackendsFile,
+        lambda e: (
+            _entry_issues(data)
+            or list(issues_from_validation(e, 0, data, BackendsFile, 20 * MAX_ISSUES))
+        ),
+    )
+    document.raise_issues()
     return result
 
 
@@ -265,17 +256,6 @@ def _unknown_type(index: int, kind: object) -> PendingIssue:
         f"expected one of {types}"
     )
     return PendingIssue(0, ("backends", index, "type"), message)
-
-
-def _located(pending: list[PendingIssue], text: str, node: Any, display: str) -> list[ConfigIssue]:
-    from dstack_plan.config.locate import Locator  # noqa: PLC0415 - only on errors
-
-    locator = Locator(text, {0: node})
-    located = []
-    for issue in pending:
-        pos = locator.find(0, issue.path, issue.target)
-        located.append(ConfigIssue(display, pos.line, pos.column, shorten(issue.message, 500)))
-    return located
 
 
 def backend_config(project_dir: str | Path, type_: str) -> AnyBackend | None:

@@ -24,13 +24,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, ValidationError
+from pydantic import AfterValidator, Field
 
 from dstack_plan.config.base import ResourceName, Strict
-from dstack_plan.config.settings_file import read_documents
-from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
-from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
-from dstack_plan.errors import ConfigError, ConfigIssue, DstackPlanError
+from dstack_plan.config.settings_file import read_mapping
+from dstack_plan.config.validation_errors import PendingIssue
+from dstack_plan.errors import ConfigError, DstackPlanError
 
 QUOTAS_FILE = ".dstack/quotas.yml"
 DEFAULT_NAMESPACE = "default"
@@ -115,36 +114,18 @@ def load_quotas(project_dir: str | Path) -> Quotas:
 
 def parse_quotas(text: str, display: str = QUOTAS_FILE) -> Quotas:
     """The quotas in `text` (a quota file's content); ConfigError as `load_quotas`."""
-    documents, issues = read_documents(text, display)
-    if len(documents) > 1:
-        issues.append(ConfigIssue(display, 1, 1, "expected one YAML document, got several"))
-    node, data = documents[0] if documents else (None, {})
-    if not isinstance(data, dict):
-        issues.append(ConfigIssue(display, 1, 1, "expected a mapping with a 'namespaces' key"))
-        raise ConfigError(issues)
-    try:
-        quotas = Quotas.model_validate(data)
-    except ValidationError as e:
-        pending = list(issues_from_validation(e, 0, data, Quotas, 20 * MAX_ISSUES))
-        issues.extend(_located(pending[:MAX_ISSUES], text, node, display))
-        raise ConfigError(issues) from None
-    if issues:
-        raise ConfigError(issues)
+    document = read_mapping(text, display, "namespaces", required=False)
+    if document is None:
+        return Quotas()
+    quotas = document.validate(Quotas, target_of=_target)
+    document.raise_issues()
     return quotas
 
 
-def _located(pending: list[PendingIssue], text: str, node: Any, display: str) -> list[ConfigIssue]:
-    from dstack_plan.config.locate import Locator  # noqa: PLC0415 - only on errors
-
-    locator = Locator(text, {0: node})
-    located = []
-    for issue in pending:
-        # a bad mapping key (a namespace or user name) is about the key, not its value
-        bad_key = issue.message.split(": ", 1)[-1].startswith(_KEY_ERRORS)
-        target = "key" if bad_key else issue.target
-        pos = locator.find(0, issue.path, target)
-        located.append(ConfigIssue(display, pos.line, pos.column, shorten(issue.message, 500)))
-    return located
+def _target(issue: PendingIssue) -> Any:
+    # a bad mapping key (a namespace or user name) is about the key, not its value
+    bad_key = issue.message.split(": ", 1)[-1].startswith(_KEY_ERRORS)
+    return "key" if bad_key else issue.target
 
 
 _KEY_ERRORS = ("invalid name ", "invalid user name ")

@@ -15,11 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from dstack_plan.config.settings_file import read_documents
-from dstack_plan.config.validation_errors import issues_from_validation
-from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
+from dstack_plan.config.settings_file import read_mapping
 from dstack_plan.errors import ConfigError, ConfigIssue
 from dstack_plan.policy.model import LoadedRule, PolicyFile, Where
 
@@ -66,20 +62,10 @@ def load_rules(files: Sequence[tuple[Path, str]]) -> list[LoadedRule]:
 
 def parse_rules(text: str, display: str) -> list[LoadedRule]:
     """The rules of one policy file's `text`; ConfigError as `load_rules`."""
-    documents, issues = read_documents(text, display)
-    if len(documents) != 1:
-        got = "none" if not documents else "several"
-        issues.append(ConfigIssue(display, 1, 1, f"expected one YAML document, got {got}"))
-        raise ConfigError(issues)
-    node, data = documents[0]
-    if not isinstance(data, dict):
-        issues.append(ConfigIssue(display, 1, 1, "expected a mapping with a 'rules' key"))
-        raise ConfigError(issues)
-    try:
-        policy = PolicyFile.model_validate(data)
-    except ValidationError as e:
-        issues += _located(e, text, node, data, display)
-        raise ConfigError(issues) from None
+    document = read_mapping(text, display, "rules", required=True)
+    assert document is not None  # required: a file with no document is an error
+    policy = document.validate(PolicyFile)
+    node, issues = document.node, document.issues
     items = _rule_nodes(node)
     loaded = []
     seen: dict[str, int] = {}
@@ -93,21 +79,6 @@ def parse_rules(text: str, display: str) -> list[LoadedRule]:
     if issues:
         raise ConfigError(issues)
     return loaded
-
-
-def _located(
-    error: ValidationError, text: str, node: Any, data: Any, display: str
-) -> list[ConfigIssue]:
-    from dstack_plan.config.locate import Locator  # noqa: PLC0415 - only on errors
-
-    locator = Locator(text, {0: node})
-    located = []
-    for issue in list(issues_from_validation(error, 0, data, PolicyFile, 20 * MAX_ISSUES))[
-        :MAX_ISSUES
-    ]:
-        pos = locator.find(0, issue.path, issue.target)
-        located.append(ConfigIssue(display, pos.line, pos.column, shorten(issue.message, 500)))
-    return located
 
 
 def _rule_nodes(node: Any) -> list[Any]:

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from dstack_plan.config.base import Strict
-from dstack_plan.config.settings_file import read_documents
-from dstack_plan.config.validation_errors import issues_from_validation
-from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
-from dstack_plan.errors import ConfigError, ConfigIssue
+from dstack_plan.config.settings_file import read_mapping
+from dstack_plan.config.validation_errors import PendingIssue
+from dstack_plan.errors import ConfigError
 from dstack_plan.state.atomic import write_private_atomic
 
 BACKEND_FILE = ".dstack/backend.yml"
@@ -74,13 +73,9 @@ def load_backend_config(project_dir: str | Path) -> BackendConfig | None:
 
 def parse_backend_config(text: str, display: str = BACKEND_FILE) -> BackendConfig:
     """The settings in `text` (a backend.yml's content); ConfigError locating each problem."""
-    documents, issues = read_documents(text, display)
-    if len(documents) != 1 or not isinstance(documents[0][1], dict):
-        raise ConfigError(
-            [*issues, ConfigIssue(display, 1, 1, "expected one mapping with a 'backend' key")]
-        )
-    node, data = documents[0]
-    kind = data.get("backend")
+    document = read_mapping(text, display, "backend", required=True)
+    assert document is not None  # required: a file with no document is an error
+    kind = document.data.get("backend")
     model = _MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
         message = (
@@ -89,17 +84,10 @@ def parse_backend_config(text: str, display: str = BACKEND_FILE) -> BackendConfi
             else f"backend: expected 's3' or 'local', got {kind!r}"
         )
         path: tuple[str, ...] = () if kind is None else ("backend",)
-        raise ConfigError([*issues, _locate(text, node, display, path, "value", message)])
-    try:
-        config: BackendConfig = model.model_validate(data)  # type: ignore[assignment]
-    except ValidationError as e:
-        pending = list(issues_from_validation(e, 0, data, model, 20 * MAX_ISSUES))
-        issues.extend(
-            _locate(text, node, display, p.path, p.target, p.message) for p in pending[:MAX_ISSUES]
-        )
-        raise ConfigError(issues) from None
-    if issues:
-        raise ConfigError(issues)
+        document.issues += document.locate([PendingIssue(0, path, message)])
+        raise ConfigError(document.issues)
+    config: BackendConfig = document.validate(model)  # type: ignore[assignment]
+    document.raise_issues()
     return config
 
 
@@ -110,15 +98,6 @@ def _credentials_hint(path: tuple[Any, ...]) -> str:
             " (environment variables, ~/.aws and `profile`, an instance role)"
         )
     return ""
-
-
-def _locate(
-    text: str, node: Any, display: str, path: tuple[Any, ...], target: Any, message: str
-) -> ConfigIssue:
-    from dstack_plan.config.locate import Locator  # noqa: PLC0415 - only on errors
-
-    pos = Locator(text, {0: node}).find(0, path, target)
-    return ConfigIssue(display, pos.line, pos.column, shorten(message, 500))
 
 
 def render_backend_config(config: BackendConfig) -> str:

@@ -89,7 +89,7 @@ def test_open_backend_does_not_import_boto3_for_local(tmp_path: Path) -> None:
         ("bucket: b\n", "1:1", "missing required key 'backend'"),
         ("backend: s3\nbucket: b-1\nkey: [1]\n", "3:6", "key:"),
         ("backend: local\npath: a\nregion: r\n", "3:1", "unknown key 'region'"),
-        ("- a\n", "1:1", "expected one mapping"),
+        ("- a\n", "1:1", "expected a mapping with a 'backend' key"),
     ],
 )
 def test_backend_yml_errors_are_located(text: str, where: str, message: str) -> None:

@@ -147,6 +147,12 @@ def start(
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if proc.poll() is not None:
+                # an agent started by a caller that died before it answered (a killed apply)
+                # may take the serve lock first: ours then exits, and that one is the answer
+                if is_running(data):
+                    info = connection_info(data, wait=max(deadline - time.monotonic(), 0))
+                    if info is not None:
+                        return {**info, "already_running": True}
                 raise DaemonError(
                     f"the agent exited with code {proc.returncode}:\n{_tail(data.log_file)}"
                 )

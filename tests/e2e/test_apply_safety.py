@@ -59,7 +59,8 @@ async def check_and_converge(project_dir: Path, agent_dir: Path) -> None:
         plan, _ = await project.plan(PlanOptions())
         async with project.locked("apply"):
             report = await project.apply(plan)
-        assert report.ok, report.summary()
+        failures = [(r.address, r.message) for r in report.failed]
+        assert report.ok, (report.summary(), failures)
         again, _ = await project.plan(PlanOptions())
         assert not again.has_changes, [(c.address, c.action, c.reason) for c in again.changes]
     finally:

@@ -16,7 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dstack_plan.agent import daemon
 from dstack_plan.agent.api_models import JobSpec
+from dstack_plan.agent.daemon import self_command
+from dstack_plan.agent.datadir import DataDir
+from dstack_plan.agent.liveness import read_pid
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.errors import AgentError
 from tests.conftest import REPO_ROOT
@@ -202,6 +206,30 @@ async def test_start_status_stop_detach_once(tmp_path: Path) -> None:
         assert not _alive(first["pid"])
     finally:
         agent_cli("stop", "--data-dir", str(data_dir), check=False)
+
+
+def test_start_finds_an_agent_still_starting_for_a_caller_that_died(tmp_path: Path) -> None:
+    """A killed `dstack apply` can leave the agent it spawned still importing: the next start
+    spawns another, which loses the serve lock, and must answer with the first agent."""
+    data = DataDir(tmp_path / "agent")
+    data.ensure()
+    with open(data.log_file, "ab") as log_file:
+        orphan = subprocess.Popen(
+            [*self_command(), "serve", "--data-dir", str(data.root), "--port", "0"],
+            stdout=log_file,
+            stderr=log_file,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            start_new_session=True,
+        )
+    try:
+        info = daemon.start(data, 0, 1 << 20, wait=30)
+        assert info["pid"] in (orphan.pid, read_pid(data))
+        assert read_pid(data) == info["pid"]
+        if info["pid"] == orphan.pid:  # the orphan won the lock, as it does when it started first
+            assert info["already_running"] is True
+    finally:
+        agent_cli("stop", "--data-dir", str(data.root), check=False)
+        orphan.wait(timeout=30)
 
 
 def _alive(pid: int) -> bool:

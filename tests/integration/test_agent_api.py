@@ -18,10 +18,10 @@ import pytest
 
 from dstack_plan.agent import daemon
 from dstack_plan.agent.api_models import JobSpec
+from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.daemon import self_command
 from dstack_plan.agent.datadir import DataDir
 from dstack_plan.agent.liveness import read_pid
-from dstack_plan.agent.client import AgentClient
 from dstack_plan.errors import AgentError
 from tests.conftest import REPO_ROOT
 from tests.infra.agent_process import AgentProcess

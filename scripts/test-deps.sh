@@ -14,6 +14,8 @@ command -v unshare >/dev/null 2>&1 || need_pkgs+=(util-linux)
 # a private registry with basic auth, for the registry_auth tests
 command -v docker-registry >/dev/null 2>&1 || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
+# `dstack graph --format svg` renders with Graphviz's dot
+command -v dot >/dev/null 2>&1 || need_pkgs+=(graphviz)
 
 if [ "$(id -u)" != 0 ]; then
   if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -35,10 +35,11 @@ from dstack_plan.gcpause import gc_paused
 from dstack_plan.plan.diff import diff_specs
 from dstack_plan.plan.limits import checked_dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Crash, Placement, Plan
-from dstack_plan.plan.normalize import CODE_KEY
+from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
 from dstack_plan.providers.base import Provider
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER, LocalProvider
+from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.providers.registry import create_provider, provider_class
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.backend import StateBackend, StateSnapshot
@@ -54,6 +55,7 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.apply.report import ApplyReport
     from dstack_plan.config.fleet import SSHConfig
+    from dstack_plan.providers.configured import ConfiguredClouds
     from dstack_plan.providers.ssh.provider import SSHProvider
 
 SSH_AGENT_DIR_ENV = "DSTACK_PLAN_SSH_AGENT_DIR"
@@ -112,9 +114,19 @@ class Project:
         (`config/labels.py`), so the plan, a saved plan and state hold them."""
         self.force = False
         """`apply --force`: drain SSH hosts that leave their fleet instead of refusing."""
+        self._clouds: ConfiguredClouds | None = None
         self._desired: Desired | None = None
         self._ssh_class: Callable[..., Provider] | None = None
         self._containers_of: tuple[Desired, frozenset[str]] | None = None
+
+    @property
+    def clouds(self) -> ConfiguredClouds:
+        """The cloud providers `.dstack/backends.yml` configures, built when first used."""
+        if self._clouds is None:
+            from dstack_plan.providers.configured import ConfiguredClouds
+
+            self._clouds = ConfiguredClouds(self.directory)
+        return self._clouds
 
     # -- loading -------------------------------------------------------------------------
 
@@ -175,12 +187,21 @@ class Project:
             "task": runs,
             "service": runs,
             "dev-environment": runs,
-            "fleet": FleetHandler(
-                self.ssh_provider, self.machines.kept_provider, self._probe_on_apply
-            ),
+            "fleet": self._fleet_handler(),
             "volume": unsupported,
             "gateway": unsupported,
         }
+
+    def _fleet_handler(self) -> ResourceHandler:
+        ssh = FleetHandler(self.ssh_provider, self.machines.kept_provider, self._probe_on_apply)
+        from dstack_plan.apply.fleet_kinds import FleetKinds
+
+        def cloud() -> ResourceHandler:
+            from dstack_plan.apply.cloud_fleets import CloudFleetHandler  # cloud fleets only
+
+            return CloudFleetHandler(ssh, self.clouds)
+
+        return FleetKinds(ssh, cloud)
 
     async def _probe_on_apply(self, fleet: str, state: State) -> BandwidthRecord:
         """The links of a fleet apply just provisioned, measured briefly (`fleet_probe`)."""
@@ -309,6 +330,11 @@ class Project:
             items = [] if options.destroy else self.desired_items()
             refresh = await self.refresh(snapshot)
             placements = {} if options.destroy else await self.placements(items, refresh, options)
+            unsupported = self.unsupported(items)
+            if not options.destroy:
+                placements.update(
+                    await self.fleet_offers(items, refresh.state, options, unsupported)
+                )
             plan = make_plan(
                 PlanInputs(
                     desired=items,
@@ -318,7 +344,7 @@ class Project:
                     placements=placements,
                     options=options,
                     crashed=refresh.crashed,
-                    unsupported=self.unsupported(items),
+                    unsupported=unsupported,
                 )
             )
             if not options.destroy:  # what it starts must fit the quotas (PlanError if not)
@@ -405,6 +431,44 @@ class Project:
         now = self.clock.now()
         return {a: plan_note(specs[a], p, now) for a, p in result.items()}
 
+    async def fleet_offers(
+        self,
+        items: list[DesiredItem],
+        state: State,
+        options: PlanOptions | None = None,
+        unsupported: Mapping[tuple[str, str], str] | None = None,
+    ) -> dict[str, Placement]:
+        """What each cloud fleet the plan creates or changes will be made of: the offer its
+        new machines come from and the fleet's hourly cost after the change
+        (`apply/fleet_offers.py`). PlanError when no offer allows them."""
+        targets = options.targets if options is not None else ()
+        wanted = [
+            item
+            for item in items
+            if item.kind == "fleet"
+            and not isinstance(item.spec.get("ssh_config"), dict)
+            and (item.kind, item.provider) not in (unsupported or {})
+            and (not targets or item.address in targets)
+            and _fleet_changes(item, state)
+        ]
+        if not wanted:
+            return {}
+        from dstack_plan.apply.cloud_records import CloudFleetRecord
+        from dstack_plan.apply.fleet_offers import fleet_placement
+        from dstack_plan.config.fleet import FleetSpec
+
+        result: dict[str, Placement] = {}
+        for item in wanted:
+            spec = spec_from_normalized("fleet", dict(item.spec))
+            assert isinstance(spec, FleetSpec)
+            current = state.get(item.address)
+            record = CloudFleetRecord.of(None if _fleet_replaced(item, current) else current)
+            providers = self.clouds.providers(item.provider, state.lineage, creating=False)
+            result[item.address] = await fleet_placement(
+                item.address, spec, item.provider, record, providers
+            )
+        return result
+
     async def _place_on(self, fleet: str, runs: list[HostRun], state: State) -> FleetPlacements:
         deployment = str(self.deployment)
         load = await fleet_load(self.machines, fleet, state, deployment)
@@ -460,6 +524,8 @@ class Project:
 
     async def close(self) -> None:
         await self.machines.close()
+        if self._clouds is not None:
+            await self._clouds.close()
 
 
 def _local_provider(agent_dir: str | Path | None) -> LocalProvider:
@@ -487,9 +553,24 @@ def _placeable(fleet: str, provider: str, items: dict[str, DesiredItem], state: 
         return True
     address = f"fleet.{fleet}"
     current, item = state.get(address), items.get(address)
-    if provider != "ssh" or current is None or current.tainted or item is None:
+    if provider not in HOST_FLEET_PROVIDERS or current is None or current.tainted or item is None:
         return False
     return not diff_specs("fleet", current.spec, item.spec).changed
+
+
+def _fleet_changes(item: DesiredItem, state: State) -> bool:
+    """Whether the plan creates, replaces or changes the fleet `item` declares."""
+    current = state.get(item.address)
+    if current is None or current.tainted:
+        return True
+    return not diff_specs("fleet", current.spec, item.spec).empty
+
+
+def _fleet_replaced(item: DesiredItem, current: ResourceState | None) -> bool:
+    """Whether the fleet `item` declares gets all-new machines (created or replaced)."""
+    if current is None or current.tainted:
+        return True
+    return bool(diff_specs("fleet", current.spec, item.spec).forces_replacement)
 
 
 def _provider_of(resource: Resource, fleets: dict[str, Resource]) -> str:

@@ -44,7 +44,8 @@ SSHProviderFactory = Callable[[str, "SSHConfig", MemoryHostKeyStore], "SSHProvid
 
 
 class FleetHandler(ResourceHandler):
-    """Fleets of the `ssh` provider; cloud fleets are still refused by the plan."""
+    """Fleets of the `ssh` provider (cloud fleets: `cloud_fleets`, which joins their
+    machines through this one)."""
 
     def __init__(
         self,
@@ -67,7 +68,7 @@ class FleetHandler(ResourceHandler):
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
         assert change.after is not None
         name, config = fleet_ssh_config(change.after, change.address)
-        record = await self._provision(name, config, FleetRecord(), change.address, ctx)
+        record = await self.provision(name, config, FleetRecord(), change.address, ctx)
         record = await self._probed(change, record, ctx)
         return Outcome(record.status, record.to_attributes())
 
@@ -83,11 +84,11 @@ class FleetHandler(ResourceHandler):
         if removed:
             gone = old_config.model_copy(update={"hosts": tuple(removed)})
             pins = MemoryHostKeyStore(old.pins())
-            await self._drain(name, gone, pins, change.address, ctx)
+            await self.drain(name, gone, pins, change.address, ctx)
             ctx.progress(change.address, f"stopping the agent on {len(removed)} removed host(s)")
             await self._terminate(name, gone, pins)
         kept = {n: h for n, h in old.by_name().items() if n in wanted}
-        record = await self._provision(
+        record = await self.provision(
             name, config, FleetRecord(hosts=tuple(kept.values())), change.address, ctx
         )
         record = await self._probed(change, record.with_bandwidth_of(old), ctx)
@@ -97,12 +98,19 @@ class FleetHandler(ResourceHandler):
         if not _is_ssh(current):  # nothing this version created: trust the state
             return await self._unsupported.refresh(current, ctx)
         name, config = fleet_ssh_config(current.spec, current.address)
+        record = await self.refresh_hosts(name, config, current)
+        return Refreshed(status=record.status, attributes=record.to_attributes())
+
+    async def refresh_hosts(
+        self, name: str, config: SSHConfig, current: ResourceState
+    ) -> FleetRecord:
+        """The hosts `config` lists (the one `current` records), asked now over the kept
+        provider; a host that does not answer keeps what state knew, with the problem."""
         old = FleetRecord.of(current)
         provider = self._kept(current)
         found = await provider.refresh(_as_recorded(provider.host_instances(name), old))
         record = _record(provider, name, config, found, old, provider.policy.store)
-        record = record.with_bandwidth_of(old)
-        return Refreshed(status=record.status, attributes=record.to_attributes())
+        return record.with_bandwidth_of(old)
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
         if not _is_ssh(current):  # nothing this version created: drop the record
@@ -110,7 +118,7 @@ class FleetHandler(ResourceHandler):
         name, config = fleet_ssh_config(current.spec, current.address)
         await self._terminate(name, config, MemoryHostKeyStore(FleetRecord.of(current).pins()))
 
-    async def _provision(
+    async def provision(
         self,
         name: str,
         config: SSHConfig,
@@ -152,7 +160,7 @@ class FleetHandler(ResourceHandler):
             self._prober, record, entry, state, lambda m: ctx.progress(change.address, m)
         )
 
-    async def _drain(
+    async def drain(
         self,
         name: str,
         config: SSHConfig,

@@ -17,11 +17,13 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dstack_plan.apply.fleet_kinds import is_cloud_fleet
 from dstack_plan.apply.fleet_records import FleetRecord
 from dstack_plan.apply.fleets import SSHProviderFactory, fleet_ssh_config
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Instance, MachineResources, Provider
 from dstack_plan.providers.local import LOCAL_PROVIDER
+from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.providers.ssh.forward import Forward
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.model import ResourceState, State
@@ -168,7 +170,7 @@ class FleetMachines:
         entry = state.get(f"fleet.{fleet}")
         if entry is None:
             raise ProviderError("fleet", f"fleet {fleet!r} is not in state: apply it first")
-        if entry.provider != "ssh":
+        if entry.provider not in HOST_FLEET_PROVIDERS:
             raise ProviderError(
                 entry.provider, f"fleet {fleet!r}: runs on {entry.provider} fleets are not "
                 "supported in this version"
@@ -186,7 +188,7 @@ class FleetMachines:
         # pinned keys too: after `dstack fleet trust` a long-lived watch must connect with the
         # new pin, not keep refusing the host with the old one
         pins = FleetRecord.of(entry).pins()
-        key = json.dumps([entry.spec.get("ssh_config"), pins], sort_keys=True)
+        key = json.dumps([config.model_dump(mode="json"), pins], sort_keys=True)
         cached = self._ssh.get(fleet)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -198,5 +200,10 @@ class FleetMachines:
 
 
 def ssh_config_of(entry: ResourceState) -> SSHConfig:
-    """The `ssh_config` a fleet's state entry records."""
+    """The `ssh_config` a fleet's state entry records: an SSH fleet's own, or the one that
+    reaches a cloud fleet's booted machines (`cloud_records.cloud_ssh_config`)."""
+    if is_cloud_fleet(entry):
+        from dstack_plan.apply.cloud_records import CloudFleetRecord, cloud_ssh_config
+
+        return cloud_ssh_config(CloudFleetRecord.of(entry))
     return fleet_ssh_config(entry.spec, entry.address)[1]

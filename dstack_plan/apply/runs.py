@@ -45,13 +45,14 @@ from dstack_plan.plan.kinds import FINISHED_STATUSES
 from dstack_plan.plan.model import Action, ResourceChange
 from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
+from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.state.model import ResourceState, State
 
 MAX_CONCURRENT_STOPS = 16
 MAX_CONCURRENT_LISTINGS = 32
 STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
-RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, "ssh"})
+RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, *HOST_FLEET_PROVIDERS})
 """The providers whose fleets runs can go to in this version."""
 
 
@@ -83,7 +84,7 @@ class RunHandler(ResourceHandler):
             return None
         return (
             f"the {provider} provider cannot run {kind}s in this version (only the local "
-            "fleet and SSH fleets)"
+            "fleet, SSH fleets and cloud fleets)"
         )
 
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:

@@ -63,6 +63,8 @@ class AWSBackend(Strict):
     """Subnets to use; None: those of the VPC."""
     public_ips: bool = True
     """Reach instances on their public address; False: on their private one."""
+    ssh_user: str = Field(default="ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    """The user its machines' image logs in as over SSH."""
     tags: dict[str, str] = {}
     """Added to every resource created."""
 
@@ -80,6 +82,8 @@ class GCPBackend(Strict):
     subnetwork: str | None = None
     public_ips: bool = True
     """Reach instances on their public address; False: on their private one."""
+    ssh_user: str = Field(default="ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    """The user its machines' image logs in as over SSH."""
     tags: dict[str, str] = {}
     """GCP labels added to every resource created (lowercase keys and values)."""
 
@@ -120,6 +124,8 @@ class AzureBackend(Strict):
     when the provider connects, and never stored."""
     public_ips: bool = True
     """Reach instances on their public address; False: on their private one."""
+    ssh_user: str = Field(default="ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    """The user its machines' image logs in as over SSH."""
     tags: dict[str, str] = {}
     """Added to every resource created."""
 

@@ -21,6 +21,7 @@ import asyncssh
 from pydantic import BaseModel, ConfigDict
 
 from dstack_plan.errors import DstackPlanError, SSHError
+from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.providers.ssh.connect import SSHPool
 from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, MemoryHostKeyStore
 from dstack_plan.providers.ssh.models import SSHTarget, targets_from_config
@@ -103,7 +104,7 @@ def pinned_keys(state: State) -> dict[str, str]:
 
     pins: dict[str, str] = {}
     for entry in state.resources.values():
-        if entry.kind == "fleet" and entry.provider == "ssh":
+        if entry.kind == "fleet" and entry.provider in HOST_FLEET_PROVIDERS:
             pins.update(FleetRecord.of(entry).pins())
     return pins
 

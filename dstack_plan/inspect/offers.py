@@ -26,8 +26,9 @@ from dstack_plan.apply.machines import Machine
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.providers.base import MachineResources, Offer
-from dstack_plan.providers.configured import CLOUDS, cloud_providers
+from dstack_plan.providers.configured import cloud_providers
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
+from dstack_plan.providers.names import CLOUDS, HOST_FLEET_PROVIDERS
 from dstack_plan.providers.registry import GROUP, provider_class
 from dstack_plan.scheduler.matching import (
     gpu_share_wanted,
@@ -114,7 +115,7 @@ def offer_fleets(state: State) -> list[str]:
     ssh = [
         entry.address.split(".", 1)[1]
         for entry in state.resources.values()
-        if entry.kind == "fleet" and entry.provider == "ssh" and not entry.tainted
+        if entry.kind == "fleet" and entry.provider in HOST_FLEET_PROVIDERS and not entry.tainted
     ]
     return [LOCAL_FLEET, *ssh]
 

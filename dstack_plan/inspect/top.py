@@ -26,6 +26,7 @@ from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.inspect.top_sample import HostReading, cpu_percent, reading
 from dstack_plan.providers.local import LOCAL_FLEET
+from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.state.model import State
 
 CPU_WINDOW = 0.5
@@ -77,7 +78,7 @@ def top_fleets(state: State) -> list[str]:
     ssh = [
         entry.address.split(".", 1)[1]
         for entry in state.resources.values()
-        if entry.kind == "fleet" and entry.provider == "ssh" and not entry.tainted
+        if entry.kind == "fleet" and entry.provider in HOST_FLEET_PROVIDERS and not entry.tainted
     ]
     local_runs = any(
         entry.kind in RUN_KINDS and RunRecord.of(entry).fleet == LOCAL_FLEET

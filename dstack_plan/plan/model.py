@@ -74,8 +74,23 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
+class MachineOffer(Frozen):
+    """The cloud offer a fleet's new machines are planned from (apply tries it first, then
+    the next ones in price order when it has no capacity)."""
+
+    provider: str
+    instance_type: str
+    region: str
+    spot: bool = False
+    price_per_hour: float
+    """$ per hour for one machine."""
+    count: int
+    """Machines the change creates (a scale-down creates none: 0)."""
+
+
 class Placement(Frozen):
-    """Where a run's jobs will go, as far as the planner can tell."""
+    """Where a run's jobs will go, or a cloud fleet's machines come from, as far as the
+    planner can tell."""
 
     fleet: str
     """Fleet name; `local` is the built-in fleet (this machine)."""
@@ -91,6 +106,9 @@ class Placement(Frozen):
     (`note` says what it waits for); False with `placed` False: no host could ever take it."""
     note: str | None = None
     """Why the placement is uncertain or impossible (e.g. no host has enough GPUs)."""
+    offer: MachineOffer | None = None
+    """A cloud fleet's: what its new machines will be; `price_per_hour` is then the whole
+    fleet's after the change."""
 
 
 @dataclass(frozen=True, slots=True)

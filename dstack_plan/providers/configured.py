@@ -11,16 +11,19 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dstack_plan.config.backends import load_backends
+from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Provider
+from dstack_plan.providers.names import ANY_CLOUD, CLOUDS
+from dstack_plan.providers.project_key import project_key
 from dstack_plan.providers.registry import provider_class
+
+if TYPE_CHECKING:
+    from dstack_plan.config.backends import BackendsFile
 
 SDK_MODULE = {"aws": "boto3", "gcp": "google.cloud.compute", "azure": "azure.mgmt.compute"}
 """The module each provider's SDK extra installs (`pip install 'dstack-plan[aws]'`)."""
-CLOUDS = frozenset(SDK_MODULE)
-"""The backend types `.dstack/backends.yml` takes: built with their configuration only."""
 SHIPPED = frozenset({"aws"})
 """Cloud providers this version has; the other backend types are configured ahead of them."""
 
@@ -29,6 +32,13 @@ class CloudProviders(NamedTuple):
     providers: list[Provider]
     notes: list[str]
     """A line per configured backend that cannot be used, saying why."""
+
+
+def load_backends(project_dir: str | Path) -> BackendsFile:
+    """`config.backends.load_backends`, imported only by projects that ask."""
+    from dstack_plan.config.backends import load_backends as load
+
+    return load(project_dir)
 
 
 def cloud_providers(
@@ -71,3 +81,76 @@ def _has_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:  # a parent package is missing
         return False
+
+
+class ConfiguredClouds:
+    """The project's cloud providers for plan and apply: each built once (per state lineage,
+    which its tags carry) and closed together.
+
+    Built for planning, a provider has no SSH key (nothing is created); built to create
+    machines, it carries the project key's public half (`providers/project_key.py`)."""
+
+    def __init__(self, project_dir: str | Path):
+        self.project_dir = Path(project_dir)
+        self._built: dict[tuple[str, str, bool], Provider] = {}
+
+    def backend_types(self, fleet_provider: str) -> list[str]:
+        """The configured backend types a fleet of `fleet_provider` may use."""
+        types: list[str] = [b.type for b in load_backends(self.project_dir).backends]
+        return types if fleet_provider == ANY_CLOUD else [t for t in types if t == fleet_provider]
+
+    def cannot_create(self, fleet_provider: str) -> str | None:
+        """Why no fleet of `fleet_provider` can be created (not configured, no provider yet,
+        no SDK); None when one can. ConfigError when `.dstack/backends.yml` is wrong."""
+        if fleet_provider != ANY_CLOUD and fleet_provider not in CLOUDS:
+            return f"the {fleet_provider} provider cannot create fleets in this version"
+        usable = cloud_providers(self.project_dir, only=_only(fleet_provider))
+        if usable.providers:
+            return None
+        if usable.notes:
+            return "; ".join(usable.notes)
+        wanted = (
+            "a cloud backend" if fleet_provider == ANY_CLOUD else f"the {fleet_provider} backend"
+        )
+        hint = "aws" if fleet_provider == ANY_CLOUD else fleet_provider
+        return f"{wanted} is not configured in .dstack/backends.yml (dstack init --backend {hint})"
+
+    def providers(self, fleet_provider: str, lineage: str, *, creating: bool) -> list[Provider]:
+        """The usable providers of the backends a `fleet_provider` fleet may use."""
+        return [
+            self.provider(t, lineage, creating=creating)
+            for t in self.backend_types(fleet_provider)
+            if t in SHIPPED and _has_module(SDK_MODULE[t])
+        ]
+
+    def provider(self, backend_type: str, lineage: str, *, creating: bool) -> Provider:
+        """The provider of the configured backend `backend_type`."""
+        key = (backend_type, lineage, creating)
+        if key not in self._built:
+            config = load_backends(self.project_dir).get(backend_type)
+            if config is None or backend_type not in SHIPPED:
+                raise ProviderError(
+                    backend_type, "not configured in .dstack/backends.yml (dstack init --backend)"
+                )
+            kwargs: dict[str, Any] = {
+                "project": project_name(self.project_dir),
+                "lineage": lineage,
+            }
+            if creating:
+                kwargs["ssh_public_key"] = project_key(self.project_dir).public_openssh
+            self._built[key] = provider_class(backend_type)(config, **kwargs)  # type: ignore[call-arg]
+        return self._built[key]
+
+    def ssh_user(self, backend_type: str) -> str:
+        """The user the machines of `backend_type` are logged in as."""
+        config = load_backends(self.project_dir).get(backend_type)
+        return config.ssh_user if config is not None else "ubuntu"
+
+    async def close(self) -> None:
+        for provider in self._built.values():
+            await provider.close()
+        self._built.clear()
+
+
+def _only(fleet_provider: str) -> str | None:
+    return None if fleet_provider == ANY_CLOUD else fleet_provider

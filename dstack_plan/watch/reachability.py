@@ -24,6 +24,7 @@ from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
 from dstack_plan.apply.run_records import RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError
+from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.state.events import Event, span_id
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.model import HostSeen
@@ -73,7 +74,7 @@ class Reachability:
             by_fleet.setdefault(one.fleet, []).append(one)
         for fleet, seen in sorted(by_fleet.items()):
             entry = tick.state.get(f"fleet.{fleet}")
-            if entry is None or entry.provider != "ssh" or entry.tainted:
+            if entry is None or entry.provider not in HOST_FLEET_PROVIDERS or entry.tainted:
                 continue  # the local fleet, or one this version does not manage
             read = tick.read.get(entry.address)
             before = FleetRecord.of(read).by_name() if read is not None else {}

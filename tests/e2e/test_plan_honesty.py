@@ -22,7 +22,7 @@ def test_plan_and_apply_refuse_what_no_provider_can_create(dstack: Dstack, tmp_p
         assert "will be created" not in result.stdout
         for line in (
             "3 resources cannot be applied by this version of dstack-plan:",
-            "fleet.cloud: the cloud provider cannot create fleets in this version",
+            "fleet.cloud: a cloud backend is not configured in .dstack/backends.yml",
             "volume.data: the aws provider cannot create volumes in this version",
         ):
             assert line in result.stderr, result.stderr

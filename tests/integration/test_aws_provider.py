@@ -14,6 +14,7 @@ from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.aws.provider import AWSProvider
 from dstack_plan.providers.base import Offer
+from dstack_plan.providers.capacity import create_first
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG0ZBCf1w4R2Jv0V7l6C0y8Gf3yHkq3fGz1mX1uX0h4Z t@x"
 REGION = "us-east-1"
@@ -98,9 +99,10 @@ async def test_create_first_falls_through(moto_server: Any) -> None:
     p = _provider(moto_server, "fall")
     offers = [o for o in await p.offers() if not o.spot][:2]
     _fail_types(p, {offers[0].instance_type})
-    created, failures = await p.create_first("g", offers, 1)
-    assert created[0].price_per_hour == offers[1].price_per_hour
-    assert failures == [
+    result = await create_first(lambda _: p, "g", offers, 1)
+    created = result.instances
+    assert created[0].price_per_hour == offers[1].price_per_hour and result.offer == offers[1]
+    assert result.refused == [
         f"{offers[0].instance_type} {REGION} on-demand: InsufficientInstanceCapacity"
     ]
     await p.terminate(created)
@@ -111,7 +113,7 @@ async def test_create_first_all_fail(moto_server: Any) -> None:
     offers: list[Offer] = [o for o in await p.offers() if not o.spot][:2]
     _fail_types(p, {o.instance_type for o in offers})
     with pytest.raises(ProviderError) as e:
-        await p.create_first("g", offers, 1)
+        await create_first(lambda _: p, "g", offers, 1)
     for o in offers:
         assert o.instance_type in str(e.value)
 

@@ -121,8 +121,10 @@ def test_handlers_say_what_they_cannot_create() -> None:
     runs = RunHandler(FleetMachines(LocalProvider(), _no_ssh), SecretStore(Path(".")), "abc")
     assert runs.cannot_create("task", "local") is None
     assert runs.cannot_create("service", "ssh") is None
-    assert runs.cannot_create("task", "aws") == (
-        "the aws provider cannot run tasks in this version (only the local fleet and SSH fleets)"
+    assert runs.cannot_create("task", "aws") is None  # on a cloud fleet's booted hosts
+    assert runs.cannot_create("task", "vastai") == (
+        "the vastai provider cannot run tasks in this version (only the local fleet, SSH "
+        "fleets and cloud fleets)"
     )
 
 
@@ -159,7 +161,7 @@ nodes: 1
 """
 
 
-def test_the_project_plan_refuses_cloud_fleets_volumes_and_gateways_at_once(
+def test_the_project_plan_refuses_unconfigured_cloud_fleets_volumes_and_gateways_at_once(
     tmp_path: Path,
 ) -> None:
     # SSH fleets and runs on them are applied (tests/e2e/test_ssh_fleet.py, test_ssh_runs.py)
@@ -170,7 +172,8 @@ def test_the_project_plan_refuses_cloud_fleets_volumes_and_gateways_at_once(
     lines = str(info.value).splitlines()
     assert lines[0] == "3 resources cannot be applied by this version of dstack-plan:"
     assert lines[1:4] == [
-        "  fleet.cloud: the cloud provider cannot create fleets in this version",
+        "  fleet.cloud: a cloud backend is not configured in .dstack/backends.yml (dstack init "
+        "--backend aws)",
         "  gateway.gw: the aws provider cannot create gateways in this version",
         "  volume.data: the aws provider cannot create volumes in this version",
     ]

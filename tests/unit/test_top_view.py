@@ -132,7 +132,8 @@ def test_top_shows_this_machine_only_when_runs_use_it_or_there_is_no_ssh_fleet()
     assert top_fleets(state_of(ssh, run_entry("train", "onprem"))) == ["onprem"]
     assert top_fleets(state_of(ssh, run_entry("hello", "local"))) == ["local", "onprem"]
     broken = fleet_entry("half", tainted=True)
-    assert top_fleets(state_of(ssh, broken, fleet_entry("aws", provider="aws"))) == ["onprem"]
+    cloud = fleet_entry("burst", provider="aws")  # its booted machines are hosts too
+    assert top_fleets(state_of(ssh, broken, cloud)) == ["onprem", "burst"]
 
 
 def test_table_cells_show_gpus_used_of_total_with_names_and_tasks_with_run_names() -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Instance, Offer, Provider
+from dstack_plan.providers.capacity import CapacityError
 from dstack_plan.providers.catalog import catalog_offers, load_catalog
 
 if TYPE_CHECKING:
@@ -47,14 +48,6 @@ _STATUS = {
     "stopping": "terminating",
     "shutting-down": "terminating",
 }
-
-
-class CapacityError(ProviderError):
-    """EC2 had no capacity or quota for an offer: a caller may try the next one."""
-
-    def __init__(self, code: str, offer: Offer):
-        self.code = code
-        super().__init__(NAME, f"{code} for {offer.instance_type} in {offer.region}")
 
 
 def _code(e: BaseException) -> str:
@@ -291,7 +284,7 @@ class AWSProvider(Provider):
         except bx.ClientError as e:
             code = _code(e)
             if code in CAPACITY_CODES:
-                raise CapacityError(code, offer) from None
+                raise CapacityError(NAME, code, offer) from None
             raise ProviderError(
                 NAME, f"{code} creating {offer.instance_type} in {region}"
             ) from None
@@ -314,20 +307,6 @@ class AWSProvider(Provider):
                 )
             )
         return out
-
-    async def create_first(
-        self, fleet: str, offers: Sequence[Offer], count: int, *, limit: int = 25
-    ) -> tuple[list[Instance], list[str]]:
-        """Try `offers` in order (at most `limit`), falling through on capacity errors; the
-        first success and the failures before it. ProviderError listing all when none works."""
-        failures: list[str] = []
-        for offer in list(offers)[:limit]:
-            try:
-                return await self.create_instances(fleet, offer, count), failures
-            except CapacityError as e:
-                kind = "spot" if offer.spot else "on-demand"
-                failures.append(f"{offer.instance_type} {offer.region} {kind}: {e.code}")
-        raise ProviderError(NAME, "no offer could be had: " + "; ".join(failures or ["no offers"]))
 
     # -- read / terminate
 

@@ -1,0 +1,102 @@
+"""Where a cloud fleet's new machines come from: the offers its fields allow, best first.
+
+The plan shows the first (`fleet_placement`: type, region, spot or not, price, and the fleet's
+hourly cost after the change); apply tries them in order (`cloud_fleets`), so a type without
+capacity falls through to the next. How many machines: `nodes.target`, else `nodes.min`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dstack_plan.apply.cloud_records import CloudFleetRecord
+from dstack_plan.apply.events import plural
+from dstack_plan.errors import PlanError, ProviderError
+from dstack_plan.plan.model import MachineOffer, Placement
+from dstack_plan.providers.base import Offer, Provider
+from dstack_plan.scheduler.offer_choice import OfferPolicy, OfferRanking, rank_offers
+
+if TYPE_CHECKING:
+    from dstack_plan.config.fleet import FleetSpec
+
+
+def target_nodes(spec: FleetSpec) -> int:
+    """The machines apply makes the fleet have."""
+    nodes = spec.nodes
+    if nodes is None:
+        return 0
+    return nodes.min if nodes.target is None else nodes.target
+
+
+def offer_policy(spec: FleetSpec) -> OfferPolicy:
+    return OfferPolicy(
+        resources=spec.resources,
+        spot_policy=spec.spot_policy,
+        max_price=spec.max_price,
+        regions=spec.regions,
+        instance_types=spec.instance_types,
+    )
+
+
+async def ranked_offers(spec: FleetSpec, providers: Sequence[Provider]) -> OfferRanking:
+    """Every offer of `providers` that `spec` allows, in the order to try them."""
+    listed = await asyncio.gather(*(p.offers(spec.resources) for p in providers))
+    offers: list[Offer] = [o for found in listed for o in found]
+    return rank_offers(offers, offer_policy(spec))
+
+
+async def fleet_placement(
+    address: str,
+    spec: FleetSpec,
+    provider: str,
+    current: CloudFleetRecord,
+    providers: Sequence[Provider],
+) -> Placement:
+    """What the plan says of a cloud fleet it creates or changes; PlanError when no offer
+    allows the machines it must create."""
+    name = address.split(".", 1)[1]
+    target = target_nodes(spec)
+    kept = current.instances[:target]
+    kept_price = sum(i.price_per_hour for i in kept)
+    new = target - len(kept)
+    if new <= 0:
+        leaving = len(current.instances) - target
+        note = f"{plural(target, 'machine')} kept, {leaving} terminated"
+        return Placement(
+            fleet=name, provider=provider, price_per_hour=round(kept_price, 4), note=note
+        )
+    if not providers:
+        raise PlanError(f"{address}: no usable cloud backend to create its machines")
+    try:
+        ranking = await ranked_offers(spec, providers)
+    except ProviderError as e:
+        raise PlanError(f"{address}: cannot list offers: {e}") from None
+    if not ranking.ranked:
+        names = ", ".join(p.name for p in providers)
+        raise PlanError(
+            f"{address}: cannot create {plural(new, 'machine')} on {names}: {ranking.why_none()}"
+        )
+    best = ranking.ranked[0]
+    spot = " (spot)" if best.spot else ""
+    note = (
+        f"{new} × {best.instance_type} in {best.provider} {best.region}{spot} at "
+        f"${best.price_per_hour:.3f}/h each"
+    )
+    if kept:
+        note += f", {len(kept)} kept"
+    return Placement(
+        fleet=name,
+        provider=provider,
+        price_per_hour=round(kept_price + new * best.price_per_hour, 4),
+        note=note,
+        offer=MachineOffer(
+            provider=best.provider,
+            instance_type=best.instance_type,
+            region=best.region,
+            spot=best.spot,
+            price_per_hour=best.price_per_hour,
+            count=new,
+        ),
+    )

@@ -61,6 +61,8 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
 SSH_AGENT_DIR_ENV = "DSTACK_PLAN_SSH_AGENT_DIR"
 """Where the agent goes on SSH fleet hosts (default: `.dstack-plan/agent` under the login
 user's home; relative paths are under it too)."""
+CLOUD_BOOT_TIMEOUT_ENV = "DSTACK_PLAN_CLOUD_BOOT_TIMEOUT"
+"""Seconds a new cloud machine gets to be reachable over SSH (default 900)."""
 STATE_BYTES_PER_CONFIG_BYTE = 40
 """Reading a byte of state takes about a fortieth of the time loading (parsing, validating,
 normalising, and handing back from another core) a byte of YAML configuration does: for
@@ -75,6 +77,8 @@ class Refresh:
     state: State
     drift: dict[str, str] = field(default_factory=dict)
     crashed: dict[str, Crash] = field(default_factory=dict)
+    short: dict[str, str] = field(default_factory=dict)
+    """Resources that have less than their spec asks (`Refreshed.short`), with why."""
 
 
 class Project:
@@ -197,9 +201,16 @@ class Project:
         from dstack_plan.apply.fleet_kinds import FleetKinds
 
         def cloud() -> ResourceHandler:
-            from dstack_plan.apply.cloud_fleets import CloudFleetHandler  # cloud fleets only
+            from dstack_plan.apply.cloud_fleets import BOOT_TIMEOUT, CloudFleetHandler
 
-            return CloudFleetHandler(ssh, self.clouds)
+            boot = os.environ.get(CLOUD_BOOT_TIMEOUT_ENV)
+            try:
+                timeout = float(boot) if boot else BOOT_TIMEOUT
+            except ValueError:
+                raise PlanError(
+                    f"{CLOUD_BOOT_TIMEOUT_ENV}: expected seconds, got {boot!r}"
+                ) from None
+            return CloudFleetHandler(ssh, self.clouds, boot_timeout=timeout)
 
         return FleetKinds(ssh, cloud)
 
@@ -298,6 +309,7 @@ class Project:
             found.update(await handler.refresh_many(currents, ctx))
         drift: dict[str, str] = {}
         crashed: dict[str, Crash] = {}
+        short: dict[str, str] = {}
         changed: dict[str, ResourceState] = {}
         for address, current in snapshot.state.resources.items():
             if address not in found:  # tainted: the plan replaces it whatever exists
@@ -307,6 +319,8 @@ class Project:
                 drift[address] = refreshed.gone
             if refreshed.crashed is not None:
                 crashed[address] = refreshed.crashed
+            if refreshed.short is not None:
+                short[address] = refreshed.short
             attributes = dict(refreshed.attributes)
             if DEPOSED_KEY in current.attributes:
                 attributes[DEPOSED_KEY] = current.attributes[DEPOSED_KEY]
@@ -318,7 +332,7 @@ class Project:
         state = snapshot.state
         if changed:
             state = state.model_copy(update={"resources": {**state.resources, **changed}})
-        return Refresh(snapshot, state, drift, crashed)
+        return Refresh(snapshot, state, drift, crashed, short)
 
     async def plan(self, options: PlanOptions | None = None) -> tuple[Plan, Refresh]:
         options = options or PlanOptions()
@@ -333,7 +347,9 @@ class Project:
             unsupported = self.unsupported(items)
             if not options.destroy:
                 placements.update(
-                    await self.fleet_offers(items, refresh.state, options, unsupported)
+                    await self.fleet_offers(
+                        items, refresh.state, options, unsupported, frozenset(refresh.short)
+                    )
                 )
             plan = make_plan(
                 PlanInputs(
@@ -344,6 +360,7 @@ class Project:
                     placements=placements,
                     options=options,
                     crashed=refresh.crashed,
+                    short=refresh.short,
                     unsupported=unsupported,
                 )
             )
@@ -437,6 +454,7 @@ class Project:
         state: State,
         options: PlanOptions | None = None,
         unsupported: Mapping[tuple[str, str], str] | None = None,
+        short: frozenset[str] = frozenset(),
     ) -> dict[str, Placement]:
         """What each cloud fleet the plan creates or changes will be made of: the offer its
         new machines come from and the fleet's hourly cost after the change
@@ -449,7 +467,7 @@ class Project:
             and not isinstance(item.spec.get("ssh_config"), dict)
             and (item.kind, item.provider) not in (unsupported or {})
             and (not targets or item.address in targets)
-            and _fleet_changes(item, state)
+            and (item.address in short or _fleet_changes(item, state))
         ]
         if not wanted:
             return {}

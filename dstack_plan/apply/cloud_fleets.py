@@ -89,21 +89,27 @@ class CloudFleetHandler(ResourceHandler):
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
         record = CloudFleetRecord.of(current)
-        if not record.instances:
-            return Refreshed(status=current.status, attributes=dict(current.attributes))
         lineage = ctx.current_state().lineage
         seen = await self._refreshed(current.address, record.instances, lineage)
-        record = record.with_instances(
-            i.seen(seen[i.id]) for i in record.instances if i.id in seen
-        )
+        gone = [i.id for i in record.instances if i.id not in seen]
+        record = _alive(record, seen)
         hosts = _hosts_of(record, FleetRecord.of(current))
         updated = current.updated(now=current.updated_at, attributes=_attributes(record, hosts))
         if cloud_ssh_config(record).hosts:
             name = current.address.split(".", 1)[1]
             hosts = await self._hosts.refresh_hosts(name, cloud_ssh_config(record), updated)
-        spec = _fleet(current.spec)
-        status = _status(record, hosts, target_nodes(spec))
-        return Refreshed(status=status, attributes=_attributes(record, hosts))
+        target = target_nodes(_fleet(current.spec))
+        short = None
+        if len(record.instances) < target:
+            # a spot machine taken back, or one terminated outside dstack-plan
+            short = f"{len(record.instances)} of {plural(target, 'machine')} left"
+            if gone:
+                short += f" ({', '.join(gone)} gone)"
+        return Refreshed(
+            status=_status(record, hosts, target),
+            attributes=_attributes(record, hosts),
+            short=short,
+        )
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
         name = current.address.split(".", 1)[1]
@@ -140,6 +146,9 @@ class CloudFleetHandler(ResourceHandler):
     ) -> Outcome:
         address, name = change.address, change.address.split(".", 1)[1]
         lineage = ctx.current_state().lineage
+        if record.instances:  # those gone since (a spot machine taken back) are replaced
+            record = _alive(record, await self._refreshed(address, record.instances, lineage))
+            hosts = _hosts_of(record, hosts)
         target = target_nodes(spec)
         extra = len(record.instances) - target
         if extra > 0:
@@ -294,6 +303,11 @@ async def _tagged(provider: Provider, fleet: str) -> list[Instance]:
     """The provider's instances its tags say belong to `fleet` (none if it cannot tell)."""
     find = getattr(provider, "tagged_instances", None)
     return list(await find(fleet)) if find is not None else []
+
+
+def _alive(record: CloudFleetRecord, seen: Mapping[str, Instance]) -> CloudFleetRecord:
+    """`record` without the machines the provider no longer lists, the others as seen now."""
+    return record.with_instances(i.seen(seen[i.id]) for i in record.instances if i.id in seen)
 
 
 def _hosts_of(record: CloudFleetRecord, hosts: FleetRecord) -> FleetRecord:

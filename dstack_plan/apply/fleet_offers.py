@@ -63,7 +63,12 @@ async def fleet_placement(
     new = target - len(kept)
     if new <= 0:
         leaving = len(current.instances) - target
-        note = f"{plural(target, 'machine')} kept, {leaving} terminated"
+        if not kept:
+            note = "no machines (nodes: 0)" if not leaving else f"all {leaving} terminated"
+        elif leaving:
+            note = f"{plural(target, 'machine')} kept, {leaving} terminated"
+        else:
+            note = f"{plural(target, 'machine')} kept"
         return Placement(
             fleet=name, provider=provider, price_per_hour=round(kept_price, 4), note=note
         )

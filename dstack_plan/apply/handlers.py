@@ -34,6 +34,9 @@ class Refreshed(NamedTuple):
     """Why it no longer exists (drift), e.g. `jobs gone from the agent`; None if it exists."""
     crashed: Crash | None = None
     """It exists but broke by itself (a service whose jobs failed): drift the plan repairs."""
+    short: str | None = None
+    """It exists but has less than its spec asks (a cloud fleet that lost machines), e.g.
+    `1 of 2 machines left`: drift the plan repairs by updating it in place."""
 
 
 @dataclass

@@ -66,6 +66,8 @@ class PlanInputs(NamedTuple):
     options: PlanOptions = PlanOptions()
     crashed: Mapping[str, Crash] = MappingProxyType({})
     """address -> how refresh found a run broken (its jobs failed): the plan replaces it."""
+    short: Mapping[str, str] = MappingProxyType({})
+    """address -> what refresh found missing (a fleet's lost machines): updated in place."""
     unsupported: Mapping[tuple[str, str], str] = MappingProxyType({})
     """(kind, provider) -> why apply cannot create or update such a resource in this version
     (the handlers say so); a plan that would is refused."""
@@ -229,6 +231,9 @@ def _decide(
             diff.changed,
             diff.forces_replacement,
         )
+    if address in inputs.short:
+        reason = f"drift: {inputs.short[address]}"
+        return Decision(Action.UPDATE, diff.after, reason, None, diff.changed)
     if DEPOSED_KEY in current.attributes:
         reason = "an object left by a failed replacement (deposed) will be destroyed"
         return Decision(Action.UPDATE, diff.after, reason, None, diff.changed)

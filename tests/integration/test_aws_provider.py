@@ -77,7 +77,7 @@ async def test_lifecycle(moto_server: Any) -> None:
         assert tags["dstack-plan:project"] == "life" and tags["dstack-plan:fleet"] == "f"
         assert tags["dstack-plan:lineage"] == "l1"
         assert inst["InstanceLifecycle"] == "spot"
-        assert inst["KeyName"] == "dstack-plan-life"
+        assert inst["KeyName"].startswith("dstack-plan-life-")
         assert inst["SecurityGroups"][0]["GroupName"] == "dstack-plan-life"
 
     refreshed = await p.refresh(created)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -174,9 +175,10 @@ class AWSProvider(Provider):
             return None
         import botocore.exceptions as bx
 
-        name = f"dstack-plan-{self.project}"
-        ec2 = self.client(region)
         key = self.ssh_public_key.encode()
+        # named by the key too: a project whose key was made again must not get the old one
+        name = f"dstack-plan-{self.project}-{hashlib.sha256(key).hexdigest()[:8]}"
+        ec2 = self.client(region)
         try:
             await self._call(lambda: ec2.import_key_pair(KeyName=name, PublicKeyMaterial=key))
         except bx.ClientError as e:
@@ -390,8 +392,9 @@ class AWSProvider(Provider):
         return out
 
     async def agent(self, instance: Instance) -> AgentClient:
-        """Not yet: the next step joins instances like SSH hosts."""
-        raise ProviderError(NAME, "running jobs on aws instances is not supported yet")
+        """Not here: a booted instance is a host of its fleet, reached over SSH like an SSH
+        fleet's (`apply/cloud_fleets.py`)."""
+        raise ProviderError(NAME, "aws instances are reached through their fleet's SSH hosts")
 
     async def close(self) -> None:
         """Drop the clients (boto3 holds no connection worth closing explicitly)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dstack_plan.apply.deployment import Deployment
+from dstack_plan.apply.fleet_kinds import FleetKinds, is_cloud_fleet
 from dstack_plan.apply.fleet_load import fleet_load
 from dstack_plan.apply.fleets import FleetHandler
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
@@ -50,6 +51,7 @@ from dstack_plan.state.secrets import SecretGuard
 from dstack_plan.state.select import open_backend
 
 if TYPE_CHECKING:  # only apply needs these; planning does not import the apply engine
+    from dstack_plan.apply.cloud_fleets import CloudFleetHandler
     from dstack_plan.apply.events import EventCallback
     from dstack_plan.apply.fleet_records import BandwidthRecord
     from dstack_plan.apply.interrupt import Interrupt
@@ -185,22 +187,24 @@ class Project:
     # -- handlers ------------------------------------------------------------------------
 
     def handlers(self) -> dict[str, ResourceHandler]:
-        runs = RunHandler(self.machines, self.secrets, self.deployment, self.code_dir)
+        fleets = self._fleet_handler()
+        runs = RunHandler(
+            self.machines, self.secrets, self.deployment, self.code_dir, grow=fleets.grow
+        )
         unsupported = UnsupportedHandler()
         return {
             "task": runs,
             "service": runs,
             "dev-environment": runs,
-            "fleet": self._fleet_handler(),
+            "fleet": fleets,
             "volume": unsupported,
             "gateway": unsupported,
         }
 
-    def _fleet_handler(self) -> ResourceHandler:
+    def _fleet_handler(self) -> FleetKinds:
         ssh = FleetHandler(self.ssh_provider, self.machines.kept_provider, self._probe_on_apply)
-        from dstack_plan.apply.fleet_kinds import FleetKinds
 
-        def cloud() -> ResourceHandler:
+        def cloud() -> CloudFleetHandler:
             from dstack_plan.apply.cloud_fleets import BOOT_TIMEOUT, CloudFleetHandler
 
             boot = os.environ.get(CLOUD_BOOT_TIMEOUT_ENV)
@@ -435,13 +439,22 @@ class Project:
             per_fleet.setdefault(fleet, []).append(
                 HostRun(resource.address, resource.name, spec, starts)
             )
-        never: list[str] = []
+        never: dict[str, str] = {}
         for fleet, fleet_runs in per_fleet.items():
             placed = await self._place_on(fleet, fleet_runs, state)
-            never += placed.never
+            never.update(placed.never)
             result.update(placed.placements)
+        for resource in runs:  # one its first fleet cannot take may burst to a cloud fleet
+            left = result.get(resource.address)
+            item = by_address.get(resource.address)
+            if left is None or left.placed is not False or not _starts(item, refresh, options):
+                continue
+            burst = await self._burst(resource, left, by_address, state)
+            if burst is not None:
+                result[resource.address] = burst
+                never.pop(resource.address, None)
         if never:
-            raise PlanError("\n".join(never))
+            raise PlanError("\n".join(never.values()))
         from dstack_plan.apply.queueing import plan_note  # queued and scheduled runs
 
         specs = {r.address: r.spec for r in runs}
@@ -487,6 +500,45 @@ class Project:
             )
         return result
 
+    async def _burst(
+        self,
+        resource: Resource,
+        left: Placement,
+        items: dict[str, DesiredItem],
+        state: State,
+    ) -> Placement | None:
+        """Where a run its first fleet cannot take goes instead: the first cloud fleet it
+        names after that one, on machines up and free, or on new ones (`apply/bursting.py`)."""
+        spec = resource.spec
+        assert isinstance(spec, RunSpec)
+        for name in (spec.fleet_names() or ())[1:]:
+            entry = state.get(f"fleet.{name}")
+            item = items.get(f"fleet.{name}")
+            if entry is None or item is None or not is_cloud_fleet(entry):
+                continue
+            if not _placeable(name, item.provider, items, state):
+                continue  # created or changed by this plan: its machines are not known yet
+            run = HostRun(resource.address, resource.name, spec, True)
+            up = (await self._place_on(name, [run], state)).placements[resource.address]
+            if up.placed:
+                why = (left.note or "").removeprefix("pending: ")
+                return up.model_copy(
+                    update={"note": f"burst: {left.fleet} cannot take it now ({why})"}
+                )
+            from dstack_plan.apply.bursting import burst_offer
+            from dstack_plan.apply.cloud_records import CloudFleetRecord
+            from dstack_plan.config.fleet import FleetSpec
+
+            fleet_spec = spec_from_normalized("fleet", dict(entry.spec))
+            assert isinstance(fleet_spec, FleetSpec)
+            providers = self.clouds.providers(entry.provider, state.lineage, creating=False)
+            offered = await burst_offer(
+                spec, name, fleet_spec, CloudFleetRecord.of(entry), providers, left
+            )
+            if offered is not None:
+                return offered
+        return None
+
     async def _place_on(self, fleet: str, runs: list[HostRun], state: State) -> FleetPlacements:
         deployment = str(self.deployment)
         load = await fleet_load(self.machines, fleet, state, deployment)
@@ -497,7 +549,7 @@ class Project:
         note = f"pending: no host of fleet {fleet!r} can take jobs now ({load.why_none()})"
         provider = "ssh" if fleet != LOCAL_FLEET else LOCAL_PROVIDER
         waiting = Placement(fleet=fleet, provider=provider, placed=False, pending=True, note=note)
-        return FleetPlacements({r.address: waiting for r in runs}, [])
+        return FleetPlacements({r.address: waiting for r in runs}, {})
 
     # -- apply ---------------------------------------------------------------------------
 

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from dstack_plan.apply.cloud_records import CloudFleetRecord, CloudInstance, cloud_ssh_config
 from dstack_plan.apply.events import plural
+from dstack_plan.apply.fleet_kinds import is_cloud_fleet
 from dstack_plan.apply.fleet_offers import ranked_offers, target_nodes
 from dstack_plan.apply.fleet_records import FleetRecord
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
 from dstack_plan.errors import ProviderError
-from dstack_plan.plan.model import ResourceChange
+from dstack_plan.plan.model import Action, MachineOffer, Placement, ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.capacity import create_first
@@ -41,6 +42,7 @@ from dstack_plan.state.model import ResourceState, State
 if TYPE_CHECKING:
     from dstack_plan.apply.fleets import FleetHandler
     from dstack_plan.config.fleet import FleetSpec
+    from dstack_plan.config.resources import ResourcesSpec
     from dstack_plan.providers.configured import ConfiguredClouds
 
 BOOT_TIMEOUT = 900.0
@@ -68,6 +70,9 @@ class CloudFleetHandler(ResourceHandler):
         self._boot_timeout = boot_timeout
         self._terminate_timeout = terminate_timeout
         self._poll = poll_seconds
+        self._growing: dict[str, asyncio.Lock] = {}
+        """One burst at a time per fleet: two runs growing it at once would number their
+        machines alike."""
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
         return self._clouds.cannot_create(provider)
@@ -98,7 +103,7 @@ class CloudFleetHandler(ResourceHandler):
         if cloud_ssh_config(record).hosts:
             name = current.address.split(".", 1)[1]
             hosts = await self._hosts.refresh_hosts(name, cloud_ssh_config(record), updated)
-        target = target_nodes(_fleet(current.spec))
+        target = target_nodes(_fleet(current.spec), len(record.instances))
         short = None
         if len(record.instances) < target:
             # a spot machine taken back, or one terminated outside dstack-plan
@@ -136,6 +141,37 @@ class CloudFleetHandler(ResourceHandler):
 
     # -- converging
 
+    async def grow(
+        self, fleet: str, planned: MachineOffer, run: ResourcesSpec | None, ctx: ApplyContext
+    ) -> State:
+        """Add `planned.count` machines to cloud fleet `fleet` for a run bursting to it
+        (`apply/bursting.py`), the planned offer first, then any other that the fleet and
+        the run's resources allow; commit the fleet's entry and return the state written."""
+        address = f"fleet.{fleet}"
+        async with self._growing.setdefault(address, asyncio.Lock()):
+            entry = ctx.current_state().get(address)
+            if entry is None or not is_cloud_fleet(entry):
+                raise ProviderError("fleet", f"{address} is not a cloud fleet in state", address)
+            change = ResourceChange(
+                address=address,
+                kind="fleet",
+                name=fleet,
+                provider=entry.provider,
+                action=Action.UPDATE,
+                after=dict(entry.spec),
+                placement=Placement(fleet=fleet, provider=entry.provider, offer=planned),
+            )
+            outcome = await self._converge(
+                change,
+                _fleet(entry.spec),
+                CloudFleetRecord.of(entry),
+                FleetRecord.of(entry),
+                ctx,
+                add=planned.count,
+                run=run,
+            )
+            return await _commit_grown(ctx, entry, outcome)
+
     async def _converge(
         self,
         change: ResourceChange,
@@ -143,18 +179,24 @@ class CloudFleetHandler(ResourceHandler):
         record: CloudFleetRecord,
         hosts: FleetRecord,
         ctx: ApplyContext,
+        *,
+        add: int | None = None,
+        run: ResourcesSpec | None = None,
     ) -> Outcome:
+        """Make the fleet have its target machines (or `add` more than it has, for `run`),
+        every one of them a host."""
         address, name = change.address, change.address.split(".", 1)[1]
         lineage = ctx.current_state().lineage
         if record.instances:  # those gone since (a spot machine taken back) are replaced
             record = _alive(record, await self._refreshed(address, record.instances, lineage))
             hosts = _hosts_of(record, hosts)
-        target = target_nodes(spec)
-        extra = len(record.instances) - target
+        have = len(record.instances)
+        target = have + add if add is not None else target_nodes(spec, have)
+        extra = have - target
         if extra > 0:
             record, hosts = await self._shrink(address, record, hosts, extra, ctx, lineage)
         elif extra < 0:
-            offers = await self._offers(change, spec, lineage)
+            offers = await self._offers(change, spec, lineage, run)
             providers = {p.name: p for p in self._providers(change.provider, lineage)}
             ctx.progress(address, f"creating {plural(-extra, 'machine')}")
             created = await create_first(
@@ -177,9 +219,11 @@ class CloudFleetHandler(ResourceHandler):
             )
         return Outcome(_status(record, hosts, target), _attributes(record, hosts))
 
-    async def _offers(self, change: ResourceChange, spec: FleetSpec, lineage: str) -> list[Offer]:
+    async def _offers(
+        self, change: ResourceChange, spec: FleetSpec, lineage: str, run: ResourcesSpec | None
+    ) -> list[Offer]:
         providers = self._providers(change.provider, lineage)
-        ranking = await ranked_offers(spec, providers)
+        ranking = await ranked_offers(spec, providers, run)
         offers = list(ranking.ranked)
         planned = change.placement.offer if change.placement is not None else None
         if planned is not None:  # what the plan showed goes first, if still offered
@@ -303,6 +347,38 @@ async def _tagged(provider: Provider, fleet: str) -> list[Instance]:
     """The provider's instances its tags say belong to `fleet` (none if it cannot tell)."""
     find = getattr(provider, "tagged_instances", None)
     return list(await find(fleet)) if find is not None else []
+
+
+async def _commit_grown(ctx: ApplyContext, entry: ResourceState, outcome: Outcome) -> State:
+    """Write the grown fleet's entry, merged with what the stored one holds by then (another
+    apply step may have recorded machines of its own), and return the state written."""
+    grown = CloudFleetRecord.model_validate(outcome.attributes)
+    now = timestamp(ctx.clock)
+
+    def mutate(state: State) -> State:
+        stored = state.get(entry.address) or entry
+        ids = {i.id for i in grown.instances}
+        instances = [*grown.instances]
+        instances += [i for i in CloudFleetRecord.of(stored).instances if i.id not in ids]
+        hosts = FleetRecord.model_validate(outcome.attributes)
+        names = {h.name for h in hosts.hosts}
+        merged_hosts = hosts.model_copy(
+            update={
+                "hosts": (
+                    *hosts.hosts,
+                    *(h for h in FleetRecord.of(stored).hosts if h.name not in names),
+                )
+            }
+        )
+        record = grown.with_instances(instances)
+        attributes = {**stored.attributes, **_attributes(record, merged_hosts)}
+        return state.with_resource(
+            stored.updated(now=now, status=outcome.status, attributes=attributes)
+        )
+
+    if ctx.commit is None:
+        return mutate(ctx.current_state())
+    return await ctx.commit(mutate)
 
 
 def _alive(record: CloudFleetRecord, seen: Mapping[str, Instance]) -> CloudFleetRecord:

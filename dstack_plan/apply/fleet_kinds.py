@@ -8,23 +8,28 @@ handlers see only their own).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dstack_plan.apply.fleets import FleetHandler
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
-from dstack_plan.plan.model import ResourceChange
+from dstack_plan.plan.model import MachineOffer, ResourceChange
 from dstack_plan.providers.names import SSH
-from dstack_plan.state.model import ResourceState
+from dstack_plan.state.model import ResourceState, State
+
+if TYPE_CHECKING:
+    from dstack_plan.apply.cloud_fleets import CloudFleetHandler
+    from dstack_plan.config.resources import ResourcesSpec
 
 
 class FleetKinds(ResourceHandler):
-    def __init__(self, ssh: FleetHandler, cloud: Callable[[], ResourceHandler]):
+    def __init__(self, ssh: FleetHandler, cloud: Callable[[], CloudFleetHandler]):
         self.ssh = ssh
         self._make_cloud = cloud
         """Builds the cloud fleets' handler: only projects with cloud fleets load it."""
-        self._cloud: ResourceHandler | None = None
+        self._cloud: CloudFleetHandler | None = None
 
     @property
-    def cloud(self) -> ResourceHandler:
+    def cloud(self) -> CloudFleetHandler:
         if self._cloud is None:
             self._cloud = self._make_cloud()
         return self._cloud
@@ -53,6 +58,12 @@ class FleetKinds(ResourceHandler):
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
         await self._for_entry(current).delete(current, ctx)
+
+    async def grow(
+        self, fleet: str, planned: MachineOffer, run: ResourcesSpec | None, ctx: ApplyContext
+    ) -> State:
+        """Add machines to a cloud fleet for a run bursting to it (`CloudFleetHandler.grow`)."""
+        return await self.cloud.grow(fleet, planned, run, ctx)
 
 
 def is_cloud_fleet(entry: ResourceState) -> bool:

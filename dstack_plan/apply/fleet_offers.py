@@ -2,7 +2,7 @@
 
 The plan shows the first (`fleet_placement`: type, region, spot or not, price, and the fleet's
 hourly cost after the change); apply tries them in order (`cloud_fleets`), so a type without
-capacity falls through to the next. How many machines: `nodes.target`, else `nodes.min`.
+capacity falls through to the next. How many machines: `target_nodes`.
 """
 
 from __future__ import annotations
@@ -16,18 +16,25 @@ from dstack_plan.apply.events import plural
 from dstack_plan.errors import PlanError, ProviderError
 from dstack_plan.plan.model import MachineOffer, Placement
 from dstack_plan.providers.base import Offer, Provider
+from dstack_plan.scheduler.matching import offer_mismatch
 from dstack_plan.scheduler.offer_choice import OfferPolicy, OfferRanking, rank_offers
 
 if TYPE_CHECKING:
     from dstack_plan.config.fleet import FleetSpec
+    from dstack_plan.config.resources import ResourcesSpec
 
 
-def target_nodes(spec: FleetSpec) -> int:
-    """The machines apply makes the fleet have."""
+def target_nodes(spec: FleetSpec, have: int = 0) -> int:
+    """The machines apply makes the fleet have, when it has `have` now: `nodes.target`;
+    without one, what it has (machines added for runs stay until watch releases them), held
+    within `nodes.min` and `nodes.max`."""
     nodes = spec.nodes
     if nodes is None:
         return 0
-    return nodes.min if nodes.target is None else nodes.target
+    if nodes.target is not None:
+        return nodes.target
+    wanted = max(have, nodes.min)
+    return wanted if nodes.max is None else min(wanted, nodes.max)
 
 
 def offer_policy(spec: FleetSpec) -> OfferPolicy:
@@ -40,10 +47,15 @@ def offer_policy(spec: FleetSpec) -> OfferPolicy:
     )
 
 
-async def ranked_offers(spec: FleetSpec, providers: Sequence[Provider]) -> OfferRanking:
-    """Every offer of `providers` that `spec` allows, in the order to try them."""
+async def ranked_offers(
+    spec: FleetSpec, providers: Sequence[Provider], run: ResourcesSpec | None = None
+) -> OfferRanking:
+    """Every offer of `providers` that `spec` allows (and that holds `run`'s resources, for
+    machines added for a run), in the order to try them."""
     listed = await asyncio.gather(*(p.offers(spec.resources) for p in providers))
     offers: list[Offer] = [o for found in listed for o in found]
+    if run is not None:
+        offers = [o for o in offers if offer_mismatch(run, o.resources) is None]
     return rank_offers(offers, offer_policy(spec))
 
 
@@ -57,7 +69,7 @@ async def fleet_placement(
     """What the plan says of a cloud fleet it creates or changes; PlanError when no offer
     allows the machines it must create."""
     name = address.split(".", 1)[1]
-    target = target_nodes(spec)
+    target = target_nodes(spec, len(current.instances))
     kept = current.instances[:target]
     kept_price = sum(i.price_per_hour for i in kept)
     new = target - len(kept)

@@ -41,9 +41,9 @@ class HostRun(NamedTuple):
 
 class FleetPlacements(NamedTuple):
     placements: dict[str, Placement]
-    never: list[str]
-    """`ADDRESS cannot run on any fleet: why`, for each run the plan would start that no
-    machine could ever take."""
+    never: dict[str, str]
+    """address -> `ADDRESS cannot run on any fleet: why`, for each run the plan would start
+    that no machine could ever take."""
 
 
 def place_on_fleet(
@@ -60,7 +60,7 @@ def place_on_fleet(
     count against it (None: every job counts, as when a scale-up adds to what a run holds).
     `bandwidth`: the fleet's measured links, (src, dst) -> bytes/s; gangs prefer the best."""
     placements: dict[str, Placement] = {}
-    never: list[str] = []
+    never: dict[str, str] = {}
     planned: dict[str, list[HostJob]] = {h.host: [] for h in hosts}
     started: set[str] = set()
     for run in sorted(runs, key=_order):  # stable: kept runs, then by priority
@@ -84,7 +84,7 @@ def place_on_fleet(
             continue
         if decision.never:
             hint = f"; {PROCESS_PORT_HINT}" if _process_port_clash(run, decision) else ""
-            never.append(f"{run.address} cannot run on any fleet: {decision.reason}{hint}")
+            never[run.address] = f"{run.address} cannot run on any fleet: {decision.reason}{hint}"
         elif decision.placed:
             started.add(run.name)
             for demand, chosen in zip(demands, decision.hosts, strict=True):

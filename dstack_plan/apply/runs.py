@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.protocol import SCALED_DOWN
 from dstack_plan.apply.code_archive import CodeArchive, pack
 from dstack_plan.apply.deployment import Deployment
+from dstack_plan.apply.events import plural
 from dstack_plan.apply.fleet_load import fleet_load
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
 from dstack_plan.apply.job_ownership import jobs_to_remove
@@ -38,11 +39,12 @@ from dstack_plan.apply.usage import slot_gpus
 from dstack_plan.apply.user import current_user
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.quotas import namespace_of
+from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.runs import RunSpec, ServiceSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import AgentError, DstackPlanError, PlanError, ProviderError
 from dstack_plan.plan.kinds import FINISHED_STATUSES
-from dstack_plan.plan.model import Action, ResourceChange
+from dstack_plan.plan.model import Action, MachineOffer, ResourceChange
 from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
@@ -52,13 +54,16 @@ MAX_CONCURRENT_STOPS = 16
 MAX_CONCURRENT_LISTINGS = 32
 STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
+FleetGrower = Callable[[str, MachineOffer, ResourcesSpec | None, ApplyContext], Awaitable[State]]
+"""(cloud fleet, the offer planned, the run's resources, ctx) -> the state with the fleet grown."""
 RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, *HOST_FLEET_PROVIDERS})
 """The providers whose fleets runs can go to in this version."""
 
 
 class RunHandler(ResourceHandler):
     """Create, scale, refresh and stop runs on the agents of their fleet's machines: the
-    local fleet (this machine) and SSH fleets (the hosts their state entry records)."""
+    local fleet (this machine), SSH fleets and cloud fleets (the hosts their state entry
+    records)."""
 
     def __init__(
         self,
@@ -66,8 +71,11 @@ class RunHandler(ResourceHandler):
         secrets: SecretStore,
         deployment: str | Deployment,
         code_dir: Callable[[str], Path] = lambda address: Path.cwd(),
+        grow: FleetGrower | None = None,
     ) -> None:
         self.machines = machines
+        self._grow = grow
+        """Adds machines to a cloud fleet a run bursts to (`apply/bursting.py`)."""
         self.secrets = secrets
         self._deployment = deployment
         self.code_dir = code_dir
@@ -129,6 +137,12 @@ class RunHandler(ResourceHandler):
                 raise NoCapacity(fleet, waiting_for(change.placement), change.address)
             raise ProviderError(fleet, change.placement.note or "cannot be placed")
         state = ctx.current_state()
+        burst = change.placement.offer if change.placement is not None else None
+        if burst is not None:  # the plan sent it to new machines of a cloud fleet
+            if self._grow is None:
+                raise ProviderError(fleet, "this apply cannot add machines to fleets")
+            ctx.progress(change.address, f"bursting to {fleet}: {plural(burst.count, 'machine')}")
+            state = await self._grow(fleet, burst, spec.resources, ctx)
         machines = await self._placed(change, spec, fleet, state)
         placed = [PlacedJob(s, m) for s, m in zip(slots(spec), machines, strict=True)]
         generation = int(ctx.clock.now() * 1000)
@@ -142,7 +156,10 @@ class RunHandler(ResourceHandler):
             fleet=fleet,
             generation=generation,
             deployment=self.deployment,
-            price_per_hour=change.placement.price_per_hour if change.placement else 0.0,
+            # new machines of a burst are the fleet's: its entry counts their price
+            price_per_hour=(
+                change.placement.price_per_hour if change.placement and not burst else 0.0
+            ),
             jobs=tuple(_job_record(j, gpus) for j in jobs),
             # what quotas count it against (`apply/usage.py`)
             namespace=namespace_of(change.after),

@@ -50,6 +50,39 @@ def ec2(moto_server: Any) -> Any:
     return boto3.client("ec2", endpoint_url=moto_server.endpoint_url, region_name=REGION)
 
 
+def cloud_project(
+    project: Path,
+    cli_env: dict[str, str],
+    moto_server: Any,
+    ec2: Any,
+    ssh_hosts: SSHTestHosts,
+    subnet: str = f"{SUBNET}.8/29",
+    reserved: tuple[str, ...] = (),
+) -> Path:
+    """`project` with an aws backend whose instances land on the namespace hosts' subnet:
+    `subnet` (moto gives out its addresses in order, after AWS's first three and the
+    `reserved` CIDRs), reached on their private address as root with the hosts' key."""
+    dot = project / ".dstack"
+    (dot / "ssh").mkdir(parents=True)
+    vpc = ec2.create_vpc(CidrBlock=f"{SUBNET}.0/24")["Vpc"]["VpcId"]
+    subnet_id = ec2.create_subnet(VpcId=vpc, CidrBlock=subnet)["Subnet"]["SubnetId"]
+    for cidr in reserved:
+        ec2.create_subnet_cidr_reservation(
+            SubnetId=subnet_id, Cidr=cidr, ReservationType="explicit"
+        )
+    (dot / "backends.yml").write_text(
+        "backends:\n  - type: aws\n    regions: [us-east-1]\n"
+        f"    vpc_id: {vpc}\n    subnet_ids: [{subnet_id}]\n    public_ips: false\n"
+        "    ssh_user: root\n"
+    )
+    # the project key the machines are given: the one the namespace hosts accept
+    shutil.copy(ssh_hosts.client_key, dot / "ssh" / "id_ed25519")
+    shutil.copy(f"{ssh_hosts.client_key}.pub", dot / "ssh" / "id_ed25519.pub")
+    cli_env.update(CREDENTIALS)
+    cli_env["AWS_ENDPOINT_URL"] = moto_server.endpoint_url
+    return project
+
+
 @pytest.fixture
 def cloud(
     tmp_path: Path,
@@ -59,27 +92,12 @@ def cloud(
     ssh_hosts: SSHTestHosts,
     remote: Path,  # noqa: F811
 ) -> Any:
-    """A project whose aws backend creates instances on the namespace hosts' subnet."""
-    project = tmp_path / "project"
-    dot = project / ".dstack"
-    (dot / "ssh").mkdir(parents=True)
-    vpc = ec2.create_vpc(CidrBlock=f"{SUBNET}.0/24")["Vpc"]["VpcId"]
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=f"{SUBNET}.8/29")["Subnet"]["SubnetId"]
-    (dot / "backends.yml").write_text(
-        "backends:\n  - type: aws\n    regions: [us-east-1]\n"
-        f"    vpc_id: {vpc}\n    subnet_ids: [{subnet}]\n    public_ips: false\n"
-        "    ssh_user: root\n"
-    )
-    # the project key the machines are given: the one the namespace hosts accept
-    shutil.copy(ssh_hosts.client_key, dot / "ssh" / "id_ed25519")
-    shutil.copy(f"{ssh_hosts.client_key}.pub", dot / "ssh" / "id_ed25519.pub")
-    cli_env.update(CREDENTIALS)
-    cli_env["AWS_ENDPOINT_URL"] = moto_server.endpoint_url
-    yield project
-    _stop_agents(remote)
+    """A project whose machines are h2, then h3 (10.213.k.12 and .13)."""
+    yield cloud_project(tmp_path / "project", cli_env, moto_server, ec2, ssh_hosts)
+    stop_agents(remote)
 
 
-def _stop_agents(agents_dir: Path) -> None:
+def stop_agents(agents_dir: Path) -> None:
     """A terminated "instance" is a namespace host that lives on: stop what ran there."""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -93,12 +111,12 @@ def _stop_agents(agents_dir: Path) -> None:
                 pass
 
 
-def tagged(ec2: Any, project: Path) -> dict[str, dict[str, Any]]:
-    """Live instances tagged for this project's fleet `burst`, by private address."""
+def tagged(ec2: Any, project: Path, fleet: str = "burst") -> dict[str, dict[str, Any]]:
+    """Live instances tagged for this project's `fleet`, by private address."""
     found = ec2.describe_instances(
         Filters=[
             {"Name": "tag:dstack-plan:project", "Values": [project.name]},
-            {"Name": "tag:dstack-plan:fleet", "Values": ["burst"]},
+            {"Name": "tag:dstack-plan:fleet", "Values": [fleet]},
             {"Name": "instance-state-name", "Values": ["pending", "running"]},
         ]
     )

@@ -9,7 +9,8 @@ Layout (all created here, torn down at the end; a previous run's leftovers are r
 - every host has its own ed25519 host key (regenerate one and restart its sshd to test a
   changed key) and accepts the one client key; root's slow `~/.bashrc` is hidden per host.
 - `bare` logs in with a PATH that has neither python3 nor docker, and forbids TCP forwarding;
-  `gpu` has a fake `nvidia-smi` first on its PATH.
+  `gpu` and `gpu2` (the last host, so the others keep their addresses) have a fake
+  `nvidia-smi` first on its PATH.
 - `sysd` looks as if systemd ran there: `DSTACK_PLAN_SYSTEMD_ROOT` points at its own stand-in
   for `/` (with `run/systemd/system/`) and a fake `systemctl` (tests/infra/fake_systemctl.py)
   is first on its PATH. Every other host gets a `DSTACK_PLAN_SYSTEMD_ROOT` without systemd, so
@@ -93,7 +94,7 @@ class SSHTestHosts:
         self.directory = directory
         self.client_key = directory / "client_ed25519"
         self.hosts: dict[str, SSHTestHost] = {}
-        for i, name in enumerate((*names, "bare", "gpu", "jump", "sysd")):
+        for i, name in enumerate((*names, "bare", "gpu", "jump", "sysd", "gpu2")):
             self.hosts[name] = SSHTestHost(name, f"{SUBNET}.{11 + i}", directory / name)
         self.hosts["inner"] = SSHTestHost("inner", f"{INNER}.2", directory / "inner")
         self.fake_bin = directory / "fake-bin"
@@ -150,9 +151,10 @@ class SSHTestHosts:
             f"SetEnv PATH={self.bare_bin} {no_systemd}",
             "AllowTcpForwarding no",
         ]
-        self.hosts["gpu"].sshd_options = [
-            f"SetEnv PATH={self.fake_bin}:/usr/bin:/bin {no_systemd}"
-        ]
+        for gpu in ("gpu", "gpu2"):
+            self.hosts[gpu].sshd_options = [
+                f"SetEnv PATH={self.fake_bin}:/usr/bin:/bin {no_systemd}"
+            ]
         self.hosts["sysd"].sshd_options = [
             f"SetEnv PATH={self.systemd_bin}:/usr/bin:/bin {SYSTEMD_ROOT_ENV}={self.systemd_root}"
         ]

@@ -152,7 +152,7 @@ def test_a_run_keeps_its_own_port_and_two_new_runs_do_not_count_on_the_same_one(
          run(service("api2", port=9000))],
         [HOST], {HOST.host: busy}, DEPLOYMENT,
     )  # fmt: skip
-    assert placed.never == []
+    assert placed.never == {}
     assert placed.placements["service.web"].placed  # its own job holds the port: no clash
     assert placed.placements["service.api"].placed
     late = placed.placements["service.api2"]
@@ -166,11 +166,12 @@ def test_runs_that_never_fit_are_collected_with_a_hint_for_process_ports() -> No
          run(task("kept", resources={**SMALL, "gpu": 4}), starts=False)],
         [HOST], {}, DEPLOYMENT,
     )  # fmt: skip
-    assert placed.never[0].startswith(
+    never = list(placed.never.values())
+    assert never[0].startswith(
         "service.web cannot run on any fleet: local (vm): replica 1: port 8799 is already "
         "used on vm by replica 0; a job without an image binds its port on the host itself"
     )
-    assert placed.never[1:] == [
+    assert never[1:] == [
         "task.train cannot run on any fleet: local (vm): needs 8 GPUs H100 80GB, has none"
     ]
     # a run the plan keeps as it is is never refused, only noted

@@ -96,7 +96,7 @@ def test_labels_choose_the_host_and_a_missing_one_is_never_placed_with_why() -> 
     assert hosts_of(task(labels={"rack": "r2", "zone": "a"})) == ("node-02",)
     run = HostRun("task.tt", "tt", task("tt", labels={"rack": "r9"}), starts=True)
     placed = place_on_fleet([run], NODES, {}, "dep", LABELS)
-    assert placed.never == [
+    assert list(placed.never.values()) == [
         "task.tt cannot run on any fleet: onprem (node-01): lacks label rack=r9 (has rack=r1); "
         "onprem (node-02): lacks label rack=r9 (has rack=r2); "
         "onprem (node-03): lacks label rack=r9 (has rack=r2)"

@@ -1,0 +1,81 @@
+"""Bursting: a run that its first fleet cannot take now goes to a cloud fleet it names next.
+
+`fleets: [onprem, burst]` reads "on-prem while it fits, the cloud when not". The plan places
+the run on its first fleet; when that fails (busy now, or never able to), it tries the cloud
+fleets named after it, in order:
+- the cloud fleet's machines that are up and free take it, as any fleet's hosts would;
+- else new machines, one per job, if the fleet has room under `nodes.max`: the cheapest
+  offer that both the fleet's fields and the run's `resources` allow (`fleet_offers`). The
+  placement carries that `offer`; apply grows the fleet by that many machines
+  (`CloudFleetHandler.grow`) and then places the run on them.
+The placement's note says where the run goes and why it left the first fleet. The new machines
+are the fleet's (its `price_per_hour` counts them); watch releases them once idle for the
+fleet's `idle_duration`, down to `nodes.min`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dstack_plan.apply.cloud_records import CloudFleetRecord
+from dstack_plan.apply.events import plural
+from dstack_plan.apply.fleet_offers import ranked_offers
+from dstack_plan.apply.jobs import slots
+from dstack_plan.errors import ProviderError
+from dstack_plan.plan.model import MachineOffer, Placement
+from dstack_plan.providers.base import Provider
+
+if TYPE_CHECKING:
+    from dstack_plan.config.fleet import FleetSpec
+    from dstack_plan.config.runs import RunSpec
+
+
+def room(spec: FleetSpec, record: CloudFleetRecord) -> int | None:
+    """Machines the fleet may still add (None: no `nodes.max`)."""
+    most = spec.nodes.max if spec.nodes is not None else None
+    return None if most is None else max(most - len(record.instances), 0)
+
+
+async def burst_offer(
+    run: RunSpec,
+    fleet: str,
+    spec: FleetSpec,
+    record: CloudFleetRecord,
+    providers: Sequence[Provider],
+    left: Placement,
+) -> Placement | None:
+    """New machines of cloud fleet `fleet` for `run`, which its first fleet could not take
+    (`left` says why); None when the fleet has no room or no offer fits the run."""
+    count = len(slots(run))
+    space = room(spec, record)
+    if (space is not None and space < count) or not providers:
+        return None
+    try:
+        ranking = await ranked_offers(spec, providers, run.resources)
+    except ProviderError:
+        return None  # the cloud cannot be asked now: the run stays where the plan put it
+    if not ranking.ranked:
+        return None
+    best = ranking.ranked[0]
+    spot = " (spot)" if best.spot else ""
+    why = (left.note or "no room").removeprefix("pending: ").removeprefix("cannot be placed: ")
+    note = (
+        f"burst: {left.fleet} cannot take it now ({why}); {plural(count, 'new machine')} "
+        f"{best.instance_type} in {best.provider} {best.region}{spot} at "
+        f"${best.price_per_hour:.3f}/h each"
+    )
+    return Placement(
+        fleet=fleet,
+        provider=best.provider,
+        price_per_hour=round(count * best.price_per_hour, 4),
+        note=note,
+        offer=MachineOffer(
+            provider=best.provider,
+            instance_type=best.instance_type,
+            region=best.region,
+            spot=best.spot,
+            price_per_hour=best.price_per_hour,
+            count=count,
+        ),
+    )

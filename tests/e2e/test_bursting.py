@@ -1,0 +1,121 @@
+"""Bursting from on-prem to the cloud: `fleets: [onprem, burst]` runs on the on-prem GPU
+while it is free, and a run that finds it busy gets a new machine of the cloud fleet.
+
+On-prem is the namespace host `gpu` (one fake A100); the cloud fleet's machine is `gpu2`
+(another fake A100, 10.213.k.18): the fleet's subnet has everything below it reserved, so it
+is the first address moto gives out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Dstack
+from tests.e2e.test_cloud_fleet import cloud_project, ec2, stop_agents, tagged  # noqa: F401
+from tests.e2e.test_local_flow import state, wait_for_status
+from tests.e2e.test_ssh_fleet import remote  # noqa: F401 - fixture
+from tests.infra.ssh_hosts import SUBNET, SSHTestHosts
+
+pytestmark = pytest.mark.ssh
+
+FLEETS = """\
+type: fleet
+name: onprem
+ssh_config:
+  user: root
+  identity_file: {key}
+  hosts: [{onprem}]
+---
+type: fleet
+name: burst
+nodes: 0..1
+backends: [aws]
+spot_policy: auto
+"""
+TASK = """\
+type: task
+name: {name}
+fleets: [onprem, burst]
+resources: {{gpu: "A100:1..8"}}
+commands: ["echo {name} on $(hostname)", "sleep {seconds}"]
+stop_duration: 1s
+"""
+
+
+@pytest.fixture
+def hybrid(
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    moto_server: Any,
+    ec2: Any,  # noqa: F811
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+) -> Any:
+    project = cloud_project(
+        tmp_path / "project",
+        cli_env,
+        moto_server,
+        ec2,
+        ssh_hosts,
+        subnet=f"{SUBNET}.0/27",
+        reserved=(f"{SUBNET}.4/30", f"{SUBNET}.8/29", f"{SUBNET}.16/31"),
+    )
+    (project / "fleets.dstack.yml").write_text(
+        FLEETS.format(key=ssh_hosts.client_key, onprem=ssh_hosts["gpu"].address)
+    )
+    yield project
+    stop_agents(remote)
+
+
+def change_of(plan: dict[str, Any], address: str) -> dict[str, Any]:
+    return next(c for c in plan["resource_changes"] if c["address"] == address)
+
+
+def test_a_run_that_finds_on_prem_busy_bursts_to_a_new_cloud_machine(
+    dstack: Dstack,
+    hybrid: Path,
+    ec2: Any,
+    ssh_hosts: SSHTestHosts,  # noqa: F811
+) -> None:
+    project = hybrid
+    (project / "first.dstack.yml").write_text(TASK.format(name="first", seconds=120))
+    applied = dstack("apply", "-y", timeout=300)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_for_status(dstack, "task.first", {"running"}, timeout=60)
+    first = state(project)["resources"]["task.first"]["attributes"]
+    assert first["fleet"] == "onprem" and tagged(ec2, project) == {}  # fits on-prem: no cloud
+
+    (project / "second.dstack.yml").write_text(TASK.format(name="second", seconds=1))
+    planned = dstack("plan", "--json")
+    assert planned.returncode == 0, planned.stderr
+    placement = change_of(json.loads(planned.stdout), "task.second")["placement"]
+    assert placement["fleet"] == "burst" and placement["provider"] == "aws"
+    assert placement["offer"]["count"] == 1 and placement["offer"]["spot"] is True
+    assert placement["offer"]["instance_type"] in {"p4d.24xlarge", "p4de.24xlarge"}
+    assert placement["note"].startswith("burst: onprem cannot take it now (")
+    assert "1 new machine p4d" in placement["note"]
+    shown = dstack("plan")
+    assert "placement: fleet burst (aws)" in shown.stdout and "burst: onprem" in shown.stdout
+
+    burst = dstack("apply", "-y", timeout=300)
+    assert burst.returncode == 0, burst.stdout + burst.stderr
+    gpu2 = ssh_hosts["gpu2"].address
+    assert set(tagged(ec2, project)) == {gpu2}
+    resources = state(project)["resources"]
+    assert [i["hostname"] for i in resources["fleet.burst"]["attributes"]["instances"]] == [gpu2]
+    assert resources["task.second"]["attributes"]["fleet"] == "burst"
+    assert resources["task.second"]["attributes"]["price_per_hour"] == 0.0  # the fleet's
+    wait_for_status(dstack, "task.second", {"done"}, timeout=60)
+    assert dstack("logs", "second").stdout == "second on gpu2\n"
+
+    # the machine stays the fleet's (released when idle by watch), and nothing is planned
+    settled = dstack("plan", "--detailed-exitcode")
+    assert settled.returncode == 0, settled.stdout + settled.stderr
+
+    destroyed = dstack("destroy", "-y", timeout=300)
+    assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+    assert tagged(ec2, project) == {}

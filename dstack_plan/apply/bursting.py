@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.apply.cloud_records import CloudFleetRecord
 from dstack_plan.apply.events import plural
-from dstack_plan.apply.fleet_offers import ranked_offers
+from dstack_plan.apply.fleet_offers import machine_offer, offer_text, ranked_offers
 from dstack_plan.apply.jobs import slots
 from dstack_plan.errors import ProviderError
-from dstack_plan.plan.model import MachineOffer, Placement
+from dstack_plan.plan.model import Placement
 from dstack_plan.providers.base import Provider
 
 if TYPE_CHECKING:
@@ -58,24 +58,15 @@ async def burst_offer(
     if not ranking.ranked:
         return None
     best = ranking.ranked[0]
-    spot = " (spot)" if best.spot else ""
     why = (left.note or "no room").removeprefix("pending: ").removeprefix("cannot be placed: ")
     note = (
-        f"burst: {left.fleet} cannot take it now ({why}); {plural(count, 'new machine')} "
-        f"{best.instance_type} in {best.provider} {best.region}{spot} at "
-        f"${best.price_per_hour:.3f}/h each"
+        f"burst: {left.fleet} cannot take it now ({why}); "
+        f"{plural(count, 'new machine')} {offer_text(best)}"
     )
     return Placement(
         fleet=fleet,
         provider=best.provider,
         price_per_hour=round(count * best.price_per_hour, 4),
         note=note,
-        offer=MachineOffer(
-            provider=best.provider,
-            instance_type=best.instance_type,
-            region=best.region,
-            spot=best.spot,
-            price_per_hour=best.price_per_hour,
-            count=count,
-        ),
+        offer=machine_offer(best, count),
     )

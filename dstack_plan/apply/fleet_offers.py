@@ -96,11 +96,7 @@ async def fleet_placement(
             f"{address}: cannot create {plural(new, 'machine')} on {names}: {ranking.why_none()}"
         )
     best = ranking.ranked[0]
-    spot = " (spot)" if best.spot else ""
-    note = (
-        f"{new} × {best.instance_type} in {best.provider} {best.region}{spot} at "
-        f"${best.price_per_hour:.3f}/h each"
-    )
+    note = f"{new} × {offer_text(best)}"
     if kept:
         note += f", {len(kept)} kept"
     return Placement(
@@ -108,12 +104,26 @@ async def fleet_placement(
         provider=provider,
         price_per_hour=round(kept_price + new * best.price_per_hour, 4),
         note=note,
-        offer=MachineOffer(
-            provider=best.provider,
-            instance_type=best.instance_type,
-            region=best.region,
-            spot=best.spot,
-            price_per_hour=best.price_per_hour,
-            count=new,
-        ),
+        offer=machine_offer(best, new),
+    )
+
+
+def offer_text(offer: Offer) -> str:
+    """`g5.xlarge in aws us-east-1 (spot) at $0.405/h each`."""
+    spot = " (spot)" if offer.spot else ""
+    return (
+        f"{offer.instance_type} in {offer.provider} {offer.region}{spot} at "
+        f"${offer.price_per_hour:.3f}/h each"
+    )
+
+
+def machine_offer(offer: Offer, count: int) -> MachineOffer:
+    """What the plan records of `count` machines from `offer`."""
+    return MachineOffer(
+        provider=offer.provider,
+        instance_type=offer.instance_type,
+        region=offer.region,
+        spot=offer.spot,
+        price_per_hour=offer.price_per_hour,
+        count=count,
     )

@@ -78,8 +78,8 @@ def change_of(plan: dict[str, Any], address: str) -> dict[str, Any]:
 def test_a_run_that_finds_on_prem_busy_bursts_to_a_new_cloud_machine(
     dstack: Dstack,
     hybrid: Path,
-    ec2: Any,
-    ssh_hosts: SSHTestHosts,  # noqa: F811
+    ec2: Any,  # noqa: F811
+    ssh_hosts: SSHTestHosts,
 ) -> None:
     project = hybrid
     (project / "first.dstack.yml").write_text(TASK.format(name="first", seconds=120))

@@ -22,12 +22,18 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dstack_plan.apply.cloud_records import CloudFleetRecord, CloudInstance, cloud_ssh_config
+from dstack_plan.apply.cloud_records import (
+    CloudFleetRecord,
+    CloudInstance,
+    cloud_ssh_config,
+    hosts_of,
+)
 from dstack_plan.apply.events import plural
 from dstack_plan.apply.fleet_kinds import is_cloud_fleet
 from dstack_plan.apply.fleet_offers import ranked_offers, target_nodes
 from dstack_plan.apply.fleet_records import FleetRecord
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
+from dstack_plan.apply.idle import burst_idle
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.model import Action, MachineOffer, Placement, ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
     from dstack_plan.apply.fleets import FleetHandler
     from dstack_plan.config.fleet import FleetSpec
     from dstack_plan.config.resources import ResourcesSpec
+    from dstack_plan.config.runs import RunSpec
     from dstack_plan.providers.configured import ConfiguredClouds
 
 BOOT_TIMEOUT = 900.0
@@ -98,7 +105,7 @@ class CloudFleetHandler(ResourceHandler):
         seen = await self._refreshed(current.address, record.instances, lineage)
         gone = [i.id for i in record.instances if i.id not in seen]
         record = _alive(record, seen)
-        hosts = _hosts_of(record, FleetRecord.of(current))
+        hosts = hosts_of(record, FleetRecord.of(current))
         updated = current.updated(now=current.updated_at, attributes=_attributes(record, hosts))
         if cloud_ssh_config(record).hosts:
             name = current.address.split(".", 1)[1]
@@ -142,7 +149,7 @@ class CloudFleetHandler(ResourceHandler):
     # -- converging
 
     async def grow(
-        self, fleet: str, planned: MachineOffer, run: ResourcesSpec | None, ctx: ApplyContext
+        self, fleet: str, planned: MachineOffer, run: RunSpec, ctx: ApplyContext
     ) -> State:
         """Add `planned.count` machines to cloud fleet `fleet` for a run bursting to it
         (`apply/bursting.py`), the planned offer first, then any other that the fleet and
@@ -168,7 +175,7 @@ class CloudFleetHandler(ResourceHandler):
                 FleetRecord.of(entry),
                 ctx,
                 add=planned.count,
-                run=run,
+                burst=run,
             )
             return await _commit_grown(ctx, entry, outcome)
 
@@ -181,22 +188,23 @@ class CloudFleetHandler(ResourceHandler):
         ctx: ApplyContext,
         *,
         add: int | None = None,
-        run: ResourcesSpec | None = None,
+        burst: RunSpec | None = None,
     ) -> Outcome:
-        """Make the fleet have its target machines (or `add` more than it has, for `run`),
-        every one of them a host."""
+        """Make the fleet have its target machines (or `add` more than it has, for the run
+        `burst`), every one of them a host."""
         address, name = change.address, change.address.split(".", 1)[1]
         lineage = ctx.current_state().lineage
         if record.instances:  # those gone since (a spot machine taken back) are replaced
             record = _alive(record, await self._refreshed(address, record.instances, lineage))
-            hosts = _hosts_of(record, hosts)
+            hosts = hosts_of(record, hosts)
         have = len(record.instances)
         target = have + add if add is not None else target_nodes(spec, have)
         extra = have - target
         if extra > 0:
             record, hosts = await self._shrink(address, record, hosts, extra, ctx, lineage)
         elif extra < 0:
-            offers = await self._offers(change, spec, lineage, run)
+            wanted = burst.resources if burst is not None else None
+            offers = await self._offers(change, spec, lineage, wanted)
             providers = {p.name: p for p in self._providers(change.provider, lineage)}
             ctx.progress(address, f"creating {plural(-extra, 'machine')}")
             created = await create_first(
@@ -206,6 +214,9 @@ class CloudFleetHandler(ResourceHandler):
                 ctx.progress(address, f"no capacity: {refusal}")
             user = self._clouds.ssh_user(created.offer.provider)
             new = [CloudInstance.created(i, created.offer, user) for i in created.instances]
+            if burst is not None:  # released when idle by the shorter of the two durations
+                idle = burst_idle(spec.idle_duration, burst.idle_duration)
+                new = [i.model_copy(update={"idle_duration": idle}) for i in new]
             record = record.with_instances([*record.instances, *new])
             await _save(ctx, address, _attributes(record, hosts))
         joined = {h.name for h in hosts.hosts}
@@ -256,7 +267,7 @@ class CloudFleetHandler(ResourceHandler):
         ctx.progress(address, f"terminating {plural(len(leaving), 'machine')}")
         await self._terminate(address, [i.as_instance(name) for i in leaving], lineage)
         record = record.with_instances(record.instances[:-count])
-        return record, _hosts_of(record, hosts)
+        return record, hosts_of(record, hosts)
 
     async def _boot(
         self,
@@ -384,13 +395,6 @@ async def _commit_grown(ctx: ApplyContext, entry: ResourceState, outcome: Outcom
 def _alive(record: CloudFleetRecord, seen: Mapping[str, Instance]) -> CloudFleetRecord:
     """`record` without the machines the provider no longer lists, the others as seen now."""
     return record.with_instances(i.seen(seen[i.id]) for i in record.instances if i.id in seen)
-
-
-def _hosts_of(record: CloudFleetRecord, hosts: FleetRecord) -> FleetRecord:
-    """The host records of the machines `record` still has."""
-    names = {i.hostname for i in record.instances if i.hostname}
-    kept = tuple(h for h in hosts.hosts if h.name in names)
-    return hosts.model_copy(update={"hosts": kept}).with_bandwidth_of(hosts)
 
 
 def _status(record: CloudFleetRecord, hosts: FleetRecord, target: int) -> str:

@@ -11,10 +11,11 @@ so everything that works on SSH hosts (placement, logs, attach, watch) works on 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from dstack_plan.apply.fleet_records import FleetRecord
 from dstack_plan.providers.base import Instance, Offer
 from dstack_plan.state.model import ResourceState
 
@@ -40,6 +41,11 @@ class CloudInstance(BaseModel):
     ssh_user: str = "ubuntu"
     """The user its image logs in as (the backend's `ssh_user`)."""
     status: str = "provisioning"
+    idle_duration: int | Literal["off"] | None = None
+    """How long it may stay idle before watch releases it (above `nodes.min`): set on a
+    machine added for a run (the shorter of the fleet's and the run's); None: the fleet's."""
+    idle_since: float | None = None
+    """When watch first saw it with no job (epoch seconds); None while a job runs there."""
 
     @classmethod
     def created(cls, instance: Instance, offer: Offer, ssh_user: str) -> CloudInstance:
@@ -113,6 +119,13 @@ class CloudFleetRecord(BaseModel):
             "identity_file": self.identity_file,
             "price_per_hour": self.price_per_hour,
         }
+
+
+def hosts_of(record: CloudFleetRecord, hosts: FleetRecord) -> FleetRecord:
+    """The host records of the machines `record` still has."""
+    names = {i.hostname for i in record.instances if i.hostname}
+    kept = tuple(h for h in hosts.hosts if h.name in names)
+    return hosts.model_copy(update={"hosts": kept}).with_bandwidth_of(hosts)
 
 
 def cloud_ssh_config(record: CloudFleetRecord) -> SSHConfig:

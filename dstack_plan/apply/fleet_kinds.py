@@ -18,7 +18,7 @@ from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
     from dstack_plan.apply.cloud_fleets import CloudFleetHandler
-    from dstack_plan.config.resources import ResourcesSpec
+    from dstack_plan.config.runs import RunSpec
 
 
 class FleetKinds(ResourceHandler):
@@ -60,7 +60,7 @@ class FleetKinds(ResourceHandler):
         await self._for_entry(current).delete(current, ctx)
 
     async def grow(
-        self, fleet: str, planned: MachineOffer, run: ResourcesSpec | None, ctx: ApplyContext
+        self, fleet: str, planned: MachineOffer, run: RunSpec, ctx: ApplyContext
     ) -> State:
         """Add machines to a cloud fleet for a run bursting to it (`CloudFleetHandler.grow`)."""
         return await self.cloud.grow(fleet, planned, run, ctx)

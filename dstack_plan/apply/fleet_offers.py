@@ -25,15 +25,13 @@ if TYPE_CHECKING:
 
 
 def target_nodes(spec: FleetSpec, have: int = 0) -> int:
-    """The machines apply makes the fleet have, when it has `have` now: `nodes.target`;
-    without one, what it has (machines added for runs stay until watch releases them), held
-    within `nodes.min` and `nodes.max`."""
+    """The machines apply makes the fleet have, when it has `have` now: at least
+    `nodes.target` (else `nodes.min`), at most `nodes.max`. Machines above the target that a
+    run added stay: watch releases them when idle."""
     nodes = spec.nodes
     if nodes is None:
         return 0
-    if nodes.target is not None:
-        return nodes.target
-    wanted = max(have, nodes.min)
+    wanted = max(have, nodes.min if nodes.target is None else nodes.target)
     return wanted if nodes.max is None else min(wanted, nodes.max)
 
 

@@ -39,7 +39,6 @@ from dstack_plan.apply.usage import slot_gpus
 from dstack_plan.apply.user import current_user
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.quotas import namespace_of
-from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.runs import RunSpec, ServiceSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import AgentError, DstackPlanError, PlanError, ProviderError
@@ -54,8 +53,8 @@ MAX_CONCURRENT_STOPS = 16
 MAX_CONCURRENT_LISTINGS = 32
 STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
-FleetGrower = Callable[[str, MachineOffer, ResourcesSpec | None, ApplyContext], Awaitable[State]]
-"""(cloud fleet, the offer planned, the run's resources, ctx) -> the state with the fleet grown."""
+FleetGrower = Callable[[str, MachineOffer, RunSpec, ApplyContext], Awaitable[State]]
+"""(cloud fleet, the offer planned, the run, ctx) -> the state with the fleet grown."""
 RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, *HOST_FLEET_PROVIDERS})
 """The providers whose fleets runs can go to in this version."""
 
@@ -142,7 +141,7 @@ class RunHandler(ResourceHandler):
             if self._grow is None:
                 raise ProviderError(fleet, "this apply cannot add machines to fleets")
             ctx.progress(change.address, f"bursting to {fleet}: {plural(burst.count, 'machine')}")
-            state = await self._grow(fleet, burst, spec.resources, ctx)
+            state = await self._grow(fleet, burst, spec, ctx)
         machines = await self._placed(change, spec, fleet, state)
         placed = [PlacedJob(s, m) for s, m in zip(slots(spec), machines, strict=True)]
         generation = int(ctx.clock.now() * 1000)
@@ -262,7 +261,8 @@ class RunHandler(ResourceHandler):
         recorded = _hosts(record)
         # a create cut short may have submitted to hosts it did not record: look on all the
         # fleet's; a recorded host that left the fleet took its jobs with it (drained)
-        hosts = await self._fleet_hosts(record.fleet, state) or recorded
+        known = await self._fleet_hosts(record.fleet, state)
+        hosts = recorded if known is None else known
         if record.fleet == LOCAL_FLEET:
             hosts = {next(iter(sorted(hosts)), "localhost")}  # one machine, one agent
         for host in sorted(hosts):
@@ -339,11 +339,13 @@ class RunHandler(ResourceHandler):
     async def _agents(self, fleet: str, hosts: set[str], state: State) -> dict[str, AgentClient]:
         return {h: await self.machines.agent(fleet, h, state) for h in hosts}
 
-    async def _fleet_hosts(self, fleet: str, state: State) -> set[str]:
+    async def _fleet_hosts(self, fleet: str, state: State) -> set[str] | None:
+        """The hosts `fleet` has now (none: a cloud fleet whose machines were released);
+        None when the fleet is gone from state (only the recorded hosts are known)."""
         try:
             return {m.host for m in await self.machines.machines(fleet, state)}
         except ProviderError:
-            return set()  # the fleet is gone from state: only the recorded hosts are known
+            return None
 
     async def _listing(self, fleet: str, host: str, state: State) -> dict[str, JobInfo] | None:
         """The jobs on `host` by id; None when an SSH host cannot be asked (the local agent's

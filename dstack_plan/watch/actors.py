@@ -4,14 +4,15 @@ The order matters: hosts found lost fail their jobs first, so that the gang rule
 and the retry policy see those failures in the same tick; a rolling update goes before the
 retry policy, so that a new replica that fails ends its rollout (the old replicas serve on)
 rather than counting as the service's failure; queued and scheduled runs are placed
-after everything that frees room. (Releasing idle cloud instances above `nodes.min` comes with
-cloud fleets: SSH hosts are never released.)
+after everything that frees room, and idle cloud machines are released last, once nothing
+placed this tick is going to them (never below `nodes.min`; SSH hosts never).
 """
 
 from __future__ import annotations
 
 from dstack_plan.watch.enforce import LimitEnforcer
 from dstack_plan.watch.gangs import GangStops
+from dstack_plan.watch.idle_machines import IdleMachines
 from dstack_plan.watch.pending import PendingRuns
 from dstack_plan.watch.quota import QuotaEnforcer
 from dstack_plan.watch.reachability import Reachability
@@ -30,4 +31,5 @@ def default_actors() -> list[Actor]:
         Rollout(),
         RetryPolicy(),
         PendingRuns(),
+        IdleMachines(),
     ]

@@ -1,5 +1,6 @@
 """Bursting from on-prem to the cloud: `fleets: [onprem, burst]` runs on the on-prem GPU
-while it is free, and a run that finds it busy gets a new machine of the cloud fleet.
+while it is free, and a run that finds it busy gets a new machine of the cloud fleet, which
+watch releases once it has been idle for the run's idle duration (a fake clock).
 
 On-prem is the namespace host `gpu` (one fake A100); the cloud fleet's machine is `gpu2`
 (another fake A100, 10.213.k.18): the fleet's subnet has everything below it reserved, so it
@@ -9,6 +10,7 @@ is the first address moto gives out.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from tests.e2e.conftest import Dstack
 from tests.e2e.test_cloud_fleet import cloud_project, ec2, stop_agents, tagged  # noqa: F401
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_ssh_fleet import remote  # noqa: F401 - fixture
+from tests.e2e.test_watch_pending import tick
 from tests.infra.ssh_hosts import SUBNET, SSHTestHosts
 
 pytestmark = pytest.mark.ssh
@@ -75,11 +78,14 @@ def change_of(plan: dict[str, Any], address: str) -> dict[str, Any]:
     return next(c for c in plan["resource_changes"] if c["address"] == address)
 
 
-def test_a_run_that_finds_on_prem_busy_bursts_to_a_new_cloud_machine(
+def test_a_run_that_finds_on_prem_busy_bursts_to_a_new_cloud_machine_released_when_idle(
     dstack: Dstack,
     hybrid: Path,
     ec2: Any,  # noqa: F811
     ssh_hosts: SSHTestHosts,
+    cli_env: dict[str, str],
+    agent_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     project = hybrid
     (project / "first.dstack.yml").write_text(TASK.format(name="first", seconds=120))
@@ -112,9 +118,27 @@ def test_a_run_that_finds_on_prem_busy_bursts_to_a_new_cloud_machine(
     wait_for_status(dstack, "task.second", {"done"}, timeout=60)
     assert dstack("logs", "second").stdout == "second on gpu2\n"
 
-    # the machine stays the fleet's (released when idle by watch), and nothing is planned
+    # the machine stays the fleet's, and nothing is planned
     settled = dstack("plan", "--detailed-exitcode")
     assert settled.returncode == 0, settled.stdout + settled.stderr
+    (machine,) = state(project)["resources"]["fleet.burst"]["attributes"]["instances"]
+    assert machine["idle_duration"] == 300  # the run's default 5m, shorter than the fleet's 3d
+
+    # watch releases it once idle for that long; the on-prem host is never released
+    for key, value in cli_env.items():
+        if key.startswith(("AWS_", "DSTACK_PLAN_")) or key == "HOME":
+            monkeypatch.setenv(key, value)
+    now = time.time()
+    tick(project, agent_dir, now)
+    (seen,) = state(project)["resources"]["fleet.burst"]["attributes"]["instances"]
+    assert seen["idle_since"] == now and set(tagged(ec2, project)) == {gpu2}
+    tick(project, agent_dir, now + 299)
+    assert set(tagged(ec2, project)) == {gpu2}
+    tick(project, agent_dir, now + 301)
+    assert tagged(ec2, project) == {}
+    fleet = state(project)["resources"]["fleet.burst"]
+    assert fleet["attributes"]["instances"] == [] and fleet["attributes"]["hosts"] == []
+    assert len(state(project)["resources"]["fleet.onprem"]["attributes"]["hosts"]) == 1
 
     destroyed = dstack("destroy", "-y", timeout=300)
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr

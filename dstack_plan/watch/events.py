@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dstack_plan.agent.protocol import FINISHED_STATUSES
 from dstack_plan.apply.run_records import RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
-from dstack_plan.state.events import Event, EventLog, event_level, event_message
-from dstack_plan.state.model import State
+from dstack_plan.state.events import Event, EventLog, event_level, event_message, span_id
+from dstack_plan.state.model import ResourceState, State
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,27 @@ def status_events(before: State, after: State, now: float) -> list[Event]:
                 )
             )
     return events
+
+
+def host_event(
+    now: float,
+    fleet: ResourceState,
+    old: str | None,
+    new: str,
+    reason: str | None,
+    host: str | None = None,
+) -> Event:
+    """A host of `fleet` (its entry) moving from `old` to `new`, for the event log."""
+    return Event(
+        time=now,
+        address=fleet.address,
+        kind="host",
+        span_id=span_id(fleet.address, fleet.created_at),
+        old_status=old,
+        new_status=new,
+        reason=reason,
+        host=host,
+    )
 
 
 def _run_reason(raw: object) -> str | None:

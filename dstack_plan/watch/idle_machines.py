@@ -21,8 +21,8 @@ from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.kinds import FINISHED_STATUSES
-from dstack_plan.state.events import Event, span_id
 from dstack_plan.state.model import ResourceState, State
+from dstack_plan.watch.events import host_event
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)
@@ -103,16 +103,7 @@ class IdleMachines:
                      extra={"event": "instance_released", "address": entry.address,
                             "host": instance.hostname, "resource_type": "fleet"})  # fmt: skip
             acted.events.append(
-                Event(
-                    time=tick.now,
-                    address=entry.address,
-                    kind="host",
-                    span_id=span_id(entry.address, entry.created_at),
-                    old_status="idle",
-                    new_status="terminated",
-                    reason=reason,
-                    host=instance.hostname,
-                )
+                host_event(tick.now, entry, "idle", "terminated", reason, instance.hostname)
             )
         kept = record.with_instances(i for i in seen if i.id not in released)
         if kept == record:

@@ -25,8 +25,8 @@ from dstack_plan.apply.run_records import RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
-from dstack_plan.state.events import Event, span_id
 from dstack_plan.state.model import ResourceState
+from dstack_plan.watch.events import host_event
 from dstack_plan.watch.model import HostSeen
 from dstack_plan.watch.retry_model import INSTANCE_UNREACHABLE
 from dstack_plan.watch.tick import Acted, Tick
@@ -159,17 +159,7 @@ class Reachability:
                    "address": entry.address, "host": host.name,
                    "resource_type": "host"},
         )  # fmt: skip
-        acted.events.append(
-            Event(
-                time=tick.now,
-                address=entry.address,
-                kind="host",
-                span_id=span_id(entry.address, entry.created_at),
-                old_status=old,
-                new_status=new,
-                reason=reason,
-            )
-        )
+        acted.events.append(host_event(tick.now, entry, old, new, reason))
 
     async def _stop_lost(self, tick: Tick, fleet: str, host: HostRecord) -> tuple[str, ...]:
         """Stop and remove the jobs given up on `host`, now that it answers; the ones that

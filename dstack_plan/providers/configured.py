@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Provider
 from dstack_plan.providers.names import ANY_CLOUD, CLOUDS
+from dstack_plan.providers.offer_cache import OfferCache
 from dstack_plan.providers.project_key import project_key
 from dstack_plan.providers.registry import provider_class
 
@@ -61,7 +62,12 @@ def cloud_providers(
             continue
         cls = provider_class(backend.type)
         providers.append(
-            cls(backend, project=project_name(project_dir), lineage=lineage)  # type: ignore[call-arg]
+            cls(  # type: ignore[call-arg]
+                backend,
+                project=project_name(project_dir),
+                lineage=lineage,
+                cache=OfferCache.of(project_dir, backend.type),
+            )
         )
     if only in CLOUDS and not providers and not notes:
         notes.append(
@@ -135,6 +141,7 @@ class ConfiguredClouds:
             kwargs: dict[str, Any] = {
                 "project": project_name(self.project_dir),
                 "lineage": lineage,
+                "cache": OfferCache.of(self.project_dir, backend_type),
             }
             if creating:
                 kwargs["ssh_public_key"] = project_key(self.project_dir).public_openssh

@@ -20,6 +20,7 @@ from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.capacity import CapacityError
 from dstack_plan.providers.catalog import catalog_offers, load_catalog
+from dstack_plan.providers.offer_cache import OfferCache
 
 if TYPE_CHECKING:
     from dstack_plan.agent.client import AgentClient
@@ -71,6 +72,7 @@ class AWSProvider(Provider):
         lineage: str = "",
         ssh_public_key: str | None = None,
         endpoint_url: str | None = None,
+        cache: OfferCache | None = None,
     ):
         self.config = config
         self.project = project
@@ -80,6 +82,8 @@ class AWSProvider(Provider):
         self._session: Any = None
         self._clients: dict[str, Any] = {}
         self._offered: dict[str, frozenset[str]] = {}
+        self.cache = cache or OfferCache(None)
+        """Which types each region offers, kept across commands (`providers/offer_cache.py`)."""
 
     # -- plumbing
 
@@ -144,6 +148,10 @@ class AWSProvider(Provider):
 
     async def _offered_types(self, region: str) -> frozenset[str]:
         if region not in self._offered:
+            kept = self.cache.get(f"offerings:{region}")
+            if kept is not None:  # no round trip (nor boto3) while the cache holds
+                self._offered[region] = frozenset(kept)
+                return self._offered[region]
             ec2 = self.client(region)
 
             def fetch() -> frozenset[str]:
@@ -155,6 +163,7 @@ class AWSProvider(Provider):
                 )
 
             self._offered[region] = await self._api(fetch)
+            self.cache.put(f"offerings:{region}", list(self._offered[region]))
         return self._offered[region]
 
     async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:

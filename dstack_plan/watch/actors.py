@@ -1,11 +1,12 @@
 """The rules a leading watch carries out each tick, in the order it does them.
 
-The order matters: hosts found lost fail their jobs first, so that the gang rule, the limits
-and the retry policy see those failures in the same tick; a rolling update goes before the
-retry policy, so that a new replica that fails ends its rollout (the old replicas serve on)
-rather than counting as the service's failure; queued and scheduled runs are placed
-after everything that frees room, and idle cloud machines are released last, once nothing
-placed this tick is going to them (never below `nodes.min`; SSH hosts never).
+The order matters: hosts found lost (and cloud machines found gone) fail their jobs first, so
+that the gang rule, the limits and the retry policy see those failures in the same tick; a
+rolling update goes before the retry policy, so that a new replica that fails ends its rollout
+(the old replicas serve on) rather than counting as the service's failure; queued and
+scheduled runs are placed after everything that frees room, and idle cloud machines are
+released last, once nothing placed this tick is going to them (never below `nodes.min`; SSH
+hosts never).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dstack_plan.watch.enforce import LimitEnforcer
 from dstack_plan.watch.gangs import GangStops
 from dstack_plan.watch.idle_machines import IdleMachines
+from dstack_plan.watch.interruptions import Interruptions
 from dstack_plan.watch.pending import PendingRuns
 from dstack_plan.watch.quota import QuotaEnforcer
 from dstack_plan.watch.reachability import Reachability
@@ -25,6 +27,7 @@ def default_actors() -> list[Actor]:
     """A fresh set of the loop's actors (each may keep memory between ticks)."""
     return [
         Reachability(),
+        Interruptions(),
         GangStops(),
         LimitEnforcer(),
         QuotaEnforcer(),

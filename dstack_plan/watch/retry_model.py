@@ -71,13 +71,14 @@ class JobOutcome(_Frozen):
 
     @classmethod
     def unreachable(cls, record: JobRecord, at: float) -> JobOutcome:
-        """A job whose host has not answered for longer than the grace period."""
+        """A job given up for its host: unreachable for longer than the grace period, or
+        (the record's reason says so) a spot machine taken back."""
         return cls(
             job_id=record.id,
             replica=record.replica,
             node=record.node,
             status=p.FAILED,
-            reason=INSTANCE_UNREACHABLE,
+            reason=INTERRUPTED if record.reason == INTERRUPTED else INSTANCE_UNREACHABLE,
             ended_at=at,
         )
 

@@ -6,6 +6,7 @@ hosts, as in tests/e2e/test_cloud_fleet.py."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,21 @@ from dstack_plan.project import Project
 from dstack_plan.providers.aws.provider import AWSProvider
 from tests.e2e.test_cloud_fleet import FLEET, cloud, ec2, tagged  # noqa: F401 - fixtures
 from tests.e2e.test_ssh_fleet import remote  # noqa: F401 - fixture
+from tests.e2e.test_watch_pending import tick
 from tests.infra.moto_server import REGION
 from tests.infra.ssh_hosts import SSHTestHosts
 from tests.integration.test_aws_provider import _fail_types
 
 pytestmark = pytest.mark.ssh
+
+JOB = """\
+type: task
+name: job
+fleets: [burst]
+commands: ["sleep 600"]
+stop_duration: 1s
+retry: {on_events: [interruption], duration: 1h}
+"""
 
 
 @pytest.fixture
@@ -187,4 +198,54 @@ def test_a_machine_gone_by_itself_is_drift_the_next_apply_replaces(
             await project.close()
 
     asyncio.run(scenario())
+    assert tagged(ec2, env) == {}
+
+
+def test_a_spot_machine_taken_back_fails_its_jobs_as_interrupted_for_the_retry_policy(
+    env: Path,
+    ec2: Any,  # noqa: F811
+    ssh_hosts: SSHTestHosts,
+    agent_dir: Path,
+) -> None:
+    (env / "fleet.dstack.yml").write_text(FLEET.format(nodes=1))
+    (env / "job.dstack.yml").write_text(JOB)
+
+    async def apply_all() -> None:
+        project = Project(env, agent_dir=agent_dir)
+        try:
+            _, report, _ = await _plan_and_apply(project)
+            assert report.ok, [(r.address, r.message) for r in report.failed]
+        finally:
+            await project.close()
+
+    asyncio.run(apply_all())
+    entry = Project(env).backend.read().state.resources
+    (machine,) = CloudFleetRecord.of(entry["fleet.burst"]).instances
+    assert machine.spot and machine.hostname == ssh_hosts["h2"].address
+    # the cloud takes the machine back: it no longer answers, and EC2 no longer lists it
+    ec2.terminate_instances(InstanceIds=[machine.id])
+    ssh_hosts.stop("h2")
+    now = time.time()
+    try:
+        tick(env, agent_dir, now)
+    finally:
+        ssh_hosts.start("h2")
+    resources = Project(env).backend.read().state.resources
+    assert CloudFleetRecord.of(resources["fleet.burst"]).instances == ()
+    assert resources["fleet.burst"].attributes["hosts"] == []
+    run = resources["task.job"]
+    (job,) = run.attributes["jobs"]
+    assert (job["status"], job["reason"]) == ("failed", "interrupted_by_no_capacity")
+    # failed at once (no 2 minutes' unreachable grace), and the retry policy took it
+    retry = run.attributes["retry"]
+    assert (retry["last_event"], retry["last_reason"]) == (
+        "interruption",
+        "interrupted_by_no_capacity",
+    )
+    assert retry["first_failure_at"] == now and retry["next_attempt_at"] > now
+    # the next plan replaces the machine: the fleet is short of its node count
+    plan, _ = asyncio.run(Project(env, agent_dir=agent_dir).plan(PlanOptions()))
+    fleet = next(c for c in plan.changes if c.address == "fleet.burst")
+    assert fleet.action is Action.UPDATE
+    assert fleet.reason == "drift: 0 of 1 machine left"
     assert tagged(ec2, env) == {}

@@ -1,0 +1,97 @@
+"""Cloud machines gone by themselves: a spot machine taken back, or one terminated outside
+dstack-plan. Their jobs fail at once, for the retry policy to act on, instead of after the
+unreachable grace period.
+
+Each tick's refresh asks the provider for every cloud fleet's instances (`CloudFleetHandler.
+refresh`); one that state records but the provider no longer lists is gone. It leaves the
+fleet's record, and the unfinished jobs on it fail: a spot machine's with
+`interrupted_by_no_capacity` (retry event `interruption`), an on-demand one's with
+`instance_unreachable` (also an interruption). They are given up as an unreachable host's are
+(`LOST_KEY`), so the retry policy, later in the same tick, takes them without asking an agent
+that is gone. The next plan shows the fleet short of its node count and replaces the machine.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dstack_plan.agent.protocol import FINISHED_STATUSES
+from dstack_plan.apply.cloud_records import CloudFleetRecord, CloudInstance, hosts_of
+from dstack_plan.apply.fleet_kinds import is_cloud_fleet
+from dstack_plan.apply.fleet_records import FleetRecord
+from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.config.kinds import RUN_KINDS
+from dstack_plan.state.model import ResourceState
+from dstack_plan.watch.events import host_event
+from dstack_plan.watch.reachability import LOST_KEY, lost_jobs
+from dstack_plan.watch.retry_model import INSTANCE_UNREACHABLE, INTERRUPTED
+from dstack_plan.watch.tick import Acted, Tick
+
+log = logging.getLogger(__name__)
+
+
+class Interruptions:
+    """Fails the jobs of cloud machines that no longer exist (see the module doc)."""
+
+    name = "interruptions"
+
+    async def act(self, tick: Tick) -> Acted:
+        acted = Acted()
+        for entry in tick.state.resources.values():
+            if entry.kind != "fleet" or entry.tainted or not is_cloud_fleet(entry):
+                continue
+            stored = tick.read.get(entry.address)
+            if stored is None:
+                continue
+            alive = {i.id for i in CloudFleetRecord.of(entry).instances}
+            gone = [i for i in CloudFleetRecord.of(stored).instances if i.id not in alive]
+            if gone:
+                self._drop(tick, stored, gone, acted)
+        return acted
+
+    def _drop(
+        self, tick: Tick, entry: ResourceState, gone: list[CloudInstance], acted: Acted
+    ) -> None:
+        fleet = entry.address.split(".", 1)[1]
+        reasons = {i.hostname: INTERRUPTED if i.spot else INSTANCE_UNREACHABLE for i in gone}
+        ids = {i.id for i in gone}
+        record = CloudFleetRecord.of(entry)
+        kept = record.with_instances(i for i in record.instances if i.id not in ids)
+        hosts = hosts_of(kept, FleetRecord.of(entry))
+        attributes = {**entry.attributes, **hosts.to_attributes(), **kept.to_attributes()}
+        acted.changed[entry.address] = entry.updated(now=entry.updated_at, attributes=attributes)
+        for instance in gone:
+            why = "spot machine taken back" if instance.spot else "terminated outside dstack-plan"
+            reason = f"{reasons[instance.hostname]}: {instance.name} ({instance.id}) {why}"
+            log.warning("%s: %s", entry.address, reason,
+                        extra={"event": "instance_gone", "address": entry.address,
+                               "host": instance.hostname, "resource_type": "fleet"})  # fmt: skip
+            acted.events.append(
+                host_event(
+                    tick.now, entry, instance.status, "terminated", reason, instance.hostname
+                )
+            )
+        for address, run in tick.state.resources.items():
+            if run.kind not in RUN_KINDS or run.tainted:
+                continue
+            run_record = RunRecord.of(run)
+            if run_record.fleet != fleet:
+                continue
+            lost = lost_jobs(run)
+            failing = [
+                j
+                for j in run_record.jobs
+                if j.host in reasons and j.id not in lost and j.status not in FINISHED_STATUSES
+            ]
+            if not failing:
+                continue
+            for job in failing:
+                lost[job.id] = tick.now
+            jobs = [
+                j._replace(status="failed", reason=reasons[j.host]) if j in failing else j
+                for j in run_record.jobs
+            ]
+            attributes = {**run.attributes, **run_record.with_jobs(jobs).to_json(), LOST_KEY: lost}
+            acted.changed[address] = run.updated(
+                now=run.updated_at, status="failed", attributes=attributes
+            )

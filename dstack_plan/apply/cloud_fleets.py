@@ -18,6 +18,7 @@ until they are gone; an interrupted destroy finds them again by tag.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
     from dstack_plan.config.resources import ResourcesSpec
     from dstack_plan.config.runs import RunSpec
     from dstack_plan.providers.configured import ConfiguredClouds
+
+log = logging.getLogger(__name__)
 
 BOOT_TIMEOUT = 900.0
 """Seconds a new machine gets to be running with SSH open (GPU images boot slowly)."""
@@ -102,7 +105,14 @@ class CloudFleetHandler(ResourceHandler):
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
         record = CloudFleetRecord.of(current)
         lineage = ctx.current_state().lineage
-        seen = await self._refreshed(current.address, record.instances, lineage)
+        try:
+            seen = await self._refreshed(current.address, record.instances, lineage)
+        except ProviderError as e:
+            # the cloud cannot be asked now (no network, credentials gone, backend removed):
+            # trust the state, as for a host that does not answer; delete says what it needs
+            log.warning("%s: cannot ask %s about its machines: %s", current.address,
+                        current.provider, e)  # fmt: skip
+            return Refreshed(status=current.status, attributes=dict(current.attributes))
         gone = [i.id for i in record.instances if i.id not in seen]
         record = _alive(record, seen)
         hosts = hosts_of(record, FleetRecord.of(current))
@@ -133,8 +143,8 @@ class CloudFleetHandler(ResourceHandler):
             if targets:
                 raise ProviderError(
                     current.provider,
-                    f"cannot terminate {len(targets)} machine(s): the backend is no longer "
-                    "configured in .dstack/backends.yml",
+                    f"cannot terminate {plural(len(targets), 'machine')}: the backend is no "
+                    "longer configured in .dstack/backends.yml",
                     current.address,
                 )
             return  # nothing was created: nothing to find

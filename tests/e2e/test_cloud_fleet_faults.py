@@ -249,3 +249,45 @@ def test_a_spot_machine_taken_back_fails_its_jobs_as_interrupted_for_the_retry_p
     assert fleet.action is Action.UPDATE
     assert fleet.reason == "drift: 0 of 1 machine left"
     assert tagged(ec2, env) == {}
+
+
+def test_a_fleet_whose_backend_was_removed_is_kept_until_its_machines_can_be_terminated(
+    env: Path,
+    ec2: Any,  # noqa: F811
+) -> None:
+    (env / "fleet.dstack.yml").write_text(FLEET.format(nodes=1))
+    backends = env / ".dstack" / "backends.yml"
+
+    async def scenario() -> None:
+        project = Project(env)
+        try:
+            _, report, _ = await _plan_and_apply(project)
+            assert report.ok, [(r.address, r.message) for r in report.failed]
+        finally:
+            await project.close()
+        saved = backends.read_text()
+        backends.unlink()
+        blind = Project(env)
+        try:
+            plan, _ = await blind.plan(PlanOptions(destroy=True))  # refresh trusts the state
+            async with blind.locked("apply"):
+                report = await blind.apply(plan)
+        finally:
+            await blind.close()
+        (failed,) = report.failed
+        assert "cannot terminate 1 machine: the backend is no longer configured" in (
+            failed.message or ""
+        )
+        assert "fleet.burst" in Project(env).backend.read().state.resources
+        assert len(tagged(ec2, env)) == 1
+        backends.write_text(saved)
+        again = Project(env)
+        try:
+            plan, _ = await again.plan(PlanOptions(destroy=True))
+            async with again.locked("apply"):
+                assert (await again.apply(plan)).ok
+        finally:
+            await again.close()
+
+    asyncio.run(scenario())
+    assert tagged(ec2, env) == {}

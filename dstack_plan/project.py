@@ -444,13 +444,16 @@ class Project:
             placed = await self._place_on(fleet, fleet_runs, state)
             never.update(placed.never)
             result.update(placed.placements)
+        claimed: dict[str, int] = {}  # fleet -> machines the runs before burst to it for
         for resource in runs:  # one its first fleet cannot take may burst to a cloud fleet
             left = result.get(resource.address)
             item = by_address.get(resource.address)
             if left is None or left.placed is not False or not _starts(item, refresh, options):
                 continue
-            burst = await self._burst(resource, left, by_address, state)
+            burst = await self._burst(resource, left, by_address, state, claimed)
             if burst is not None:
+                if burst.offer is not None:  # its new machines count against nodes.max
+                    claimed[burst.fleet] = claimed.get(burst.fleet, 0) + burst.offer.count
                 result[resource.address] = burst
                 never.pop(resource.address, None)
         if never:
@@ -506,6 +509,7 @@ class Project:
         left: Placement,
         items: dict[str, DesiredItem],
         state: State,
+        claimed: Mapping[str, int],
     ) -> Placement | None:
         """Where a run its first fleet cannot take goes instead: the first cloud fleet it
         names after that one, on machines up and free, or on new ones (`apply/bursting.py`)."""
@@ -532,8 +536,9 @@ class Project:
             fleet_spec = spec_from_normalized("fleet", dict(entry.spec))
             assert isinstance(fleet_spec, FleetSpec)
             providers = self.clouds.providers(entry.provider, state.lineage, creating=False)
+            record = CloudFleetRecord.of(entry)
             offered = await burst_offer(
-                spec, name, fleet_spec, CloudFleetRecord.of(entry), providers, left
+                spec, name, fleet_spec, record, providers, left, claimed.get(name, 0)
             )
             if offered is not None:
                 return offered

@@ -44,11 +44,14 @@ async def burst_offer(
     record: CloudFleetRecord,
     providers: Sequence[Provider],
     left: Placement,
+    claimed: int = 0,
 ) -> Placement | None:
     """New machines of cloud fleet `fleet` for `run`, which its first fleet could not take
-    (`left` says why); None when the fleet has no room or no offer fits the run."""
+    (`left` says why); None when the fleet has no room (beyond the `claimed` machines other
+    runs of the plan burst to it for) or no offer fits the run."""
     count = len(slots(run))
     space = room(spec, record)
+    space = None if space is None else space - claimed
     if (space is not None and space < count) or not providers:
         return None
     try:

@@ -1,0 +1,75 @@
+"""Where a run goes when its first fleet cannot take it: new machines of a cloud fleet, within
+`nodes.max` (counting what other runs of the same plan burst there)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from dstack_plan.apply.bursting import burst_offer
+from dstack_plan.apply.cloud_records import CloudFleetRecord
+from dstack_plan.config.fleet import FleetSpec
+from dstack_plan.config.resources import ResourcesSpec
+from dstack_plan.config.runs import TaskSpec
+from dstack_plan.plan.model import Placement
+from dstack_plan.providers.base import Instance, Offer, Provider
+from dstack_plan.providers.catalog import catalog_offers
+
+
+class Catalogue(Provider):
+    """The shipped AWS catalogue in us-east-1, as offers (nothing else is asked of it)."""
+
+    name = "aws"
+
+    async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:
+        return catalog_offers("aws", ["us-east-1"])
+
+    async def create_instances(self, fleet: str, offer: Offer, count: int) -> list[Instance]:
+        raise AssertionError("planning creates nothing")
+
+    async def refresh(self, instances: Sequence[Instance]) -> list[Instance]:
+        raise AssertionError("not asked")
+
+    async def terminate(self, instances: Sequence[Instance]) -> None:
+        raise AssertionError("not asked")
+
+    async def agent(self, instance: Instance):  # type: ignore[no-untyped-def]
+        raise AssertionError("not asked")
+
+
+FLEET = FleetSpec.model_validate(
+    {"type": "fleet", "name": "burst", "nodes": "0..2", "spot_policy": "auto"}
+)
+LEFT = Placement(fleet="onprem", provider="ssh", placed=False, pending=True,
+                 note="pending: onprem (gpu): needs 1 free GPU, 0 free")  # fmt: skip
+
+
+def task(nodes: int = 1, gpu: str = "A10G:1") -> TaskSpec:
+    spec = {"type": "task", "name": "train", "commands": ["true"], "nodes": nodes,
+            "resources": {"gpu": gpu}}  # fmt: skip
+    return TaskSpec.model_validate(spec)
+
+
+def offer(run: TaskSpec, claimed: int = 0) -> Placement | None:
+    return asyncio.run(
+        burst_offer(run, "burst", FLEET, CloudFleetRecord(), [Catalogue()], LEFT, claimed)
+    )
+
+
+def test_new_machines_come_from_the_cheapest_offer_that_holds_the_run() -> None:
+    placed = offer(task())
+    assert placed is not None and placed.offer is not None
+    assert (placed.offer.instance_type, placed.offer.spot, placed.offer.count) == (
+        "g5.xlarge",
+        True,
+        1,
+    )
+    assert placed.note is not None
+    assert placed.note.startswith("burst: onprem cannot take it now (onprem (gpu): needs 1")
+
+
+def test_no_room_under_nodes_max_no_burst() -> None:
+    assert offer(task(nodes=3)) is None  # 3 machines, the fleet may have 2
+    assert offer(task(nodes=2)) is not None
+    assert offer(task(nodes=2), claimed=1) is None  # another run of the plan took one
+    assert offer(task(gpu="H200:1")) is None  # no offer holds it

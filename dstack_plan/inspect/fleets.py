@@ -1,4 +1,5 @@
-"""The read side of SSH fleets: each fleet's hosts, as state (or a refresh) records them."""
+"""The read side of fleets' hosts (SSH fleets, and cloud fleets' booted machines), as state
+(or a refresh) records them."""
 
 from __future__ import annotations
 
@@ -118,7 +119,9 @@ async def trust_host(
         forgotten = hosts[host].host_key_fingerprint
         untrusted = hosts[host].model_copy(update={"host_key": None, "host_key_fingerprint": None})
         record = FleetRecord(hosts=tuple(untrusted if h.name == host else h for h in record.hosts))
-        entry = entry.updated(now=entry.updated_at, attributes=record.to_attributes())
+        # the rest of the entry stays (a cloud fleet's instances): only the pin is forgotten
+        attributes = {**entry.attributes, **record.to_attributes()}
+        entry = entry.updated(now=entry.updated_at, attributes=attributes)
         refreshed = await handler.refresh(entry, ctx)
 
         def record_pin(latest: State) -> State:

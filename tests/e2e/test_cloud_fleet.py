@@ -157,6 +157,10 @@ def test_a_cloud_fleet_from_offer_to_a_running_job_and_back_to_nothing(
     assert all(h["agent_version"] and h["host_key"] for h in entry["attributes"]["hosts"])
     assert agents_running(remote) == {"h2", "h3"}
     assert "secret" not in json.dumps(entry).lower()
+    trusted = dstack("fleet", "trust", "burst", h2)  # forgets one pin, keeps the machines
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+    after = state(project)["resources"]["fleet.burst"]["attributes"]
+    assert [i["hostname"] for i in after["instances"]] == [h2, h3]
 
     (project / "task.dstack.yml").write_text(TASK)
     placed = dstack("plan", "--json")

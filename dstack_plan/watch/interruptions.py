@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import logging
 
-from dstack_plan.agent.protocol import FINISHED_STATUSES
 from dstack_plan.apply.cloud_records import CloudFleetRecord, CloudInstance, hosts_of
 from dstack_plan.apply.fleet_kinds import is_cloud_fleet
 from dstack_plan.apply.fleet_records import FleetRecord
-from dstack_plan.apply.run_records import RunRecord
-from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.events import host_event
-from dstack_plan.watch.reachability import LOST_KEY, lost_jobs
+from dstack_plan.watch.reachability import give_up_jobs
 from dstack_plan.watch.retry_model import INSTANCE_UNREACHABLE, INTERRUPTED
 from dstack_plan.watch.tick import Acted, Tick
 
@@ -71,27 +68,4 @@ class Interruptions:
                     tick.now, entry, instance.status, "terminated", reason, instance.hostname
                 )
             )
-        for address, run in tick.state.resources.items():
-            if run.kind not in RUN_KINDS or run.tainted:
-                continue
-            run_record = RunRecord.of(run)
-            if run_record.fleet != fleet:
-                continue
-            lost = lost_jobs(run)
-            failing = [
-                j
-                for j in run_record.jobs
-                if j.host in reasons and j.id not in lost and j.status not in FINISHED_STATUSES
-            ]
-            if not failing:
-                continue
-            for job in failing:
-                lost[job.id] = tick.now
-            jobs = [
-                j._replace(status="failed", reason=reasons[j.host]) if j in failing else j
-                for j in run_record.jobs
-            ]
-            attributes = {**run.attributes, **run_record.with_jobs(jobs).to_json(), LOST_KEY: lost}
-            acted.changed[address] = run.updated(
-                now=run.updated_at, status="failed", attributes=attributes
-            )
+        give_up_jobs(tick, fleet, reasons, acted)

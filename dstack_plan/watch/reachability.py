@@ -17,11 +17,11 @@ agent not answering fails the tick, and the next one asks again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from dstack_plan.agent.protocol import FINISHED_STATUSES, TERMINATED_BY_SERVER
 from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
-from dstack_plan.apply.run_records import RunRecord, run_span_id
+from dstack_plan.apply.run_records import JobRecord, RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
@@ -48,6 +48,42 @@ def lost_jobs(run: ResourceState) -> dict[str, float]:
     if not isinstance(raw, dict):
         return {}
     return {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
+
+
+def give_up_jobs(
+    tick: Tick, fleet: str, reasons: Mapping[str, str | None], acted: Acted
+) -> list[tuple[str, ResourceState, JobRecord]]:
+    """Fail the unfinished jobs of the state's runs on the hosts of `fleet` that `reasons`
+    names (host -> the termination reason to record on them; None: none, the retry policy
+    takes them as unreachable), giving them up (`LOST_KEY`) so the retry policy does not ask
+    their agent. The changed runs go to `acted`; (run address, run, job) for each job."""
+    failed: list[tuple[str, ResourceState, JobRecord]] = []
+    for address, run in tick.state.resources.items():
+        record = RunRecord.of(run)
+        if run.kind not in RUN_KINDS or run.tainted or record.fleet != fleet:
+            continue
+        lost = lost_jobs(run)
+        failing = [
+            j
+            for j in record.jobs
+            if j.host in reasons and j.id not in lost and j.status not in FINISHED_STATUSES
+        ]
+        if not failing:
+            continue
+        for job in failing:
+            lost[job.id] = tick.now
+            failed.append((address, run, job))
+        jobs = [
+            j._replace(status="failed", reason=reasons.get(j.host) or j.reason)
+            if j.id in lost
+            else j
+            for j in record.jobs
+        ]
+        attributes = {**run.attributes, **record.with_jobs(jobs).to_json(), LOST_KEY: lost}
+        acted.changed[address] = run.updated(
+            now=run.updated_at, status="failed", attributes=attributes
+        )
+    return failed
 
 
 def without_lost_jobs(run: ResourceState) -> ResourceState:
@@ -203,36 +239,15 @@ class Reachability:
             and tick.now - h.unreachable_since >= GRACE_S
         }
         given_up: dict[str, list[str]] = {}
-        if not gone:
-            return given_up
-        for address, run in tick.state.resources.items():
-            record = RunRecord.of(run)
-            if run.kind not in RUN_KINDS or run.tainted or record.fleet != fleet:
-                continue
-            lost = lost_jobs(run)
-            failing = [
-                j
-                for j in record.jobs
-                if j.host in gone and j.id not in lost and j.status not in FINISHED_STATUSES
-            ]
-            if not failing:
-                continue
-            span = run_span_id(run)
-            for job in failing:
-                lost[job.id] = tick.now
-                given_up.setdefault(job.host, []).append(job.id)
-                log.warning(
-                    "%s: job %s failed: %s: host %s unreachable since %.0f", address, job.id,
-                    INSTANCE_UNREACHABLE, job.host, gone[job.host] or 0.0,
-                    extra={"event": "job_instance_unreachable", "address": address,
-                           "job_id": job.id, "host": job.host, "resource_type": "job",
-                           "span_id": span},
-                )  # fmt: skip
-            jobs = [j._replace(status="failed") if j.id in lost else j for j in record.jobs]
-            attributes = {**run.attributes, **record.with_jobs(jobs).to_json(), LOST_KEY: lost}
-            acted.changed[address] = run.updated(
-                now=run.updated_at, status="failed", attributes=attributes
-            )
+        for address, run, job in give_up_jobs(tick, fleet, dict.fromkeys(gone), acted):
+            given_up.setdefault(job.host, []).append(job.id)
+            log.warning(
+                "%s: job %s failed: %s: host %s unreachable since %.0f", address, job.id,
+                INSTANCE_UNREACHABLE, job.host, gone[job.host] or 0.0,
+                extra={"event": "job_instance_unreachable", "address": address,
+                       "job_id": job.id, "host": job.host, "resource_type": "job",
+                       "span_id": run_span_id(run)},
+            )  # fmt: skip
         return given_up
 
     def _keep_lost_failed(self, tick: Tick, acted: Acted) -> None:

@@ -57,6 +57,18 @@ async def _plan_and_apply(project: Project, hook: Any = None) -> tuple[Any, Any,
     return plan, report, said
 
 
+async def _destroy(project: Project) -> tuple[Any, Any]:
+    """Plan and apply the destroy of everything `project`'s state holds, then close it;
+    (the plan, its report)."""
+    try:
+        plan, _ = await project.plan(PlanOptions(destroy=True))
+        async with project.locked("apply"):
+            report = await project.apply(plan)
+        return plan, report
+    finally:
+        await project.close()
+
+
 def test_no_capacity_for_the_planned_offer_falls_through_to_the_next(
     env: Path,
     ec2: Any,  # noqa: F811
@@ -94,10 +106,7 @@ def test_no_capacity_for_the_planned_offer_falls_through_to_the_next(
             assert (made.instance_type, made.spot) != (first.instance_type, first.spot)
             assert made.hostname == ssh_hosts["h2"].address
         finally:
-            destroy, _ = await project.plan(PlanOptions(destroy=True))
-            async with project.locked("apply"):
-                await project.apply(destroy)
-            await project.close()
+            await _destroy(project)
 
     asyncio.run(scenario())
     assert tagged(ec2, env) == {}
@@ -129,14 +138,9 @@ def test_a_create_cut_short_leaves_its_machines_for_the_next_apply_or_destroy(
             assert entry.tainted and len(CloudFleetRecord.of(entry).instances) == 1
             assert len(tagged(ec2, env)) == 1
 
-            again = Project(env)
-            try:
-                plan, _ = await again.plan(PlanOptions(destroy=True))
-                assert [c.action for c in plan.changes] == [Action.DELETE]
-                async with again.locked("apply"):
-                    assert (await again.apply(plan)).ok
-            finally:
-                await again.close()
+            plan, destroyed = await _destroy(Project(env))
+            assert [c.action for c in plan.changes] == [Action.DELETE]
+            assert destroyed.ok
 
         asyncio.run(scenario())
     finally:
@@ -192,10 +196,7 @@ def test_a_machine_gone_by_itself_is_drift_the_next_apply_replaces(
             settled, _ = await project.plan(PlanOptions())
             assert not settled.has_changes
         finally:
-            destroy, _ = await project.plan(PlanOptions(destroy=True))
-            async with project.locked("apply"):
-                await project.apply(destroy)
-            await project.close()
+            await _destroy(project)
 
     asyncio.run(scenario())
     assert tagged(ec2, env) == {}
@@ -281,13 +282,7 @@ def test_a_fleet_whose_backend_was_removed_is_kept_until_its_machines_can_be_ter
         assert "fleet.burst" in Project(env).backend.read().state.resources
         assert len(tagged(ec2, env)) == 1
         backends.write_text(saved)
-        again = Project(env)
-        try:
-            plan, _ = await again.plan(PlanOptions(destroy=True))
-            async with again.locked("apply"):
-                assert (await again.apply(plan)).ok
-        finally:
-            await again.close()
+        assert (await _destroy(Project(env)))[1].ok
 
     asyncio.run(scenario())
     assert tagged(ec2, env) == {}

@@ -98,3 +98,15 @@ def moto_server():
 def s3_bucket(moto_server):
     """A fresh bucket on the moto server, for one test."""
     return moto_server.bucket()
+
+
+@pytest.fixture
+def gcp():
+    """A fresh fake Compute Engine API on loopback (tests/infra/fake_gcp.py), for one test."""
+    from tests.infra.fake_gcp import FakeGCP
+    from tests.infra.rest_server import RestServer
+
+    app = FakeGCP()
+    server = RestServer(app)
+    yield app
+    server.stop()

@@ -39,6 +39,7 @@ from dstack_plan.errors import ProviderError
 from dstack_plan.plan.model import Action, MachineOffer, Placement, ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.base import Instance, Offer, Provider
+from dstack_plan.providers.capabilities import ProviderWithTags
 from dstack_plan.providers.capacity import create_first
 from dstack_plan.providers.project_key import project_key
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
@@ -366,8 +367,9 @@ def _fleet(spec: Mapping[str, Any]) -> FleetSpec:
 
 async def _tagged(provider: Provider, fleet: str) -> list[Instance]:
     """The provider's instances its tags say belong to `fleet` (none if it cannot tell)."""
-    find = getattr(provider, "tagged_instances", None)
-    return list(await find(fleet)) if find is not None else []
+    if not isinstance(provider, ProviderWithTags):
+        return []
+    return await provider.tagged_instances(fleet)
 
 
 async def _commit_grown(ctx: ApplyContext, entry: ResourceState, outcome: Outcome) -> State:

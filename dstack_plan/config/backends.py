@@ -79,7 +79,12 @@ class GCPBackend(Strict):
     credentials_file: str | None = None
     """A service-account JSON key's path; None: application default credentials."""
     network: str | None = None
+    """The VPC network to create instances in; None: the project's `default` network."""
     subnetwork: str | None = None
+    """A subnetwork of `network` (its name); None: the network's own in each region."""
+    endpoint: str | None = None
+    """The Compute Engine API's base URL; None: https://compute.googleapis.com. Set it to
+    reach the API through Private Service Connect."""
     public_ips: bool = True
     """Reach instances on their public address; False: on their private one."""
     ssh_user: str = Field(default="ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -128,6 +133,9 @@ class AzureBackend(Strict):
     """The user its machines' image logs in as over SSH."""
     tags: dict[str, str] = {}
     """Added to every resource created."""
+    arm_endpoint: str | None = None
+    """The Azure Resource Manager URL; None: public Azure (https://management.azure.com).
+    Set it for a sovereign cloud (https://management.chinacloudapi.cn, ...)."""
 
     @model_validator(mode="before")
     @classmethod

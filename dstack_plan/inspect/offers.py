@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from dstack_plan.apply.host_load import BusyJob, busy_jobs
 from dstack_plan.apply.machines import Machine
 from dstack_plan.config.resources import ResourcesSpec
-from dstack_plan.errors import DstackPlanError
+from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.providers.base import MachineResources, Offer
 from dstack_plan.providers.configured import cloud_providers
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
@@ -240,7 +240,8 @@ async def _provider_offers(
             finally:
                 await provider.close()
         except DstackPlanError as e:
-            notes.append(f"{provider.name}: could not list offers: {e}")
+            detail = e.detail if isinstance(e, ProviderError) else str(e)
+            notes.append(f"{provider.name}: could not list offers: {detail}")
             continue
         except Exception as e:  # noqa: BLE001 - a third-party provider must not sink the list
             log.warning("provider %s: offers failed", provider.name, exc_info=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dstack_plan.providers.base import Provider
+from dstack_plan.providers.base import Instance, Provider
 
 if TYPE_CHECKING:
     from dstack_plan.config.gateway import GatewaySpec
@@ -95,7 +95,18 @@ class ProviderWithGateways(ABC):
         silently."""
 
 
-Capability = type[ProviderWithVolumes] | type[ProviderWithGateways]
+class ProviderWithTags(ABC):
+    """A cloud provider that labels what it creates with the project, fleet and lineage, and
+    can list it back: destroy and drift checks find machines the state never recorded (an
+    apply cut short between create and commit)."""
+
+    @abstractmethod
+    async def tagged_instances(self, fleet: str | None = None) -> list[Instance]:
+        """Every machine of this project (and lineage) that is not gone, in the configured
+        regions, `fleet`'s only when given. Reads only (seconds)."""
+
+
+Capability = type[ProviderWithVolumes] | type[ProviderWithGateways] | type[ProviderWithTags]
 
 CAPABILITY_OF_KIND: dict[str, Capability] = {
     "volume": ProviderWithVolumes,

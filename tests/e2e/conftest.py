@@ -35,7 +35,12 @@ def cli_env(agent_dir: Path) -> dict[str, str]:
         COLUMNS="200",
         DSTACK_PLAN_AGENT_DIR=str(agent_dir),
         PYTHONPATH=str(REPO_ROOT),
+        # Cloud SDKs looking for credentials would ask the metadata server of a cloud VM
+        # (169.254.169.254): keep them on this machine
+        NO_GCE_CHECK="True",
     )
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG"):
+        env.pop(name, None)
     return env
 
 

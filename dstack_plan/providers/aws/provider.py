@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Instance, Offer, Provider
+from dstack_plan.providers.capabilities import ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
 from dstack_plan.providers.catalog import catalog_offers, load_catalog
+from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
 from dstack_plan.providers.offer_cache import OfferCache
 
 if TYPE_CHECKING:
@@ -39,11 +41,6 @@ CAPACITY_CODES = frozenset(
         "Unsupported",
     }
 )
-USER_DATA = """#!/bin/bash
-# The dstack-plan agent is installed over SSH afterwards; only docker is needed here.
-if ! command -v docker >/dev/null; then curl -fsSL https://get.docker.com | sh; fi
-systemctl enable --now docker
-"""
 _STATUS = {
     "pending": "provisioning",
     "running": "idle",
@@ -59,7 +56,7 @@ def _code(e: BaseException) -> str:
     return ""
 
 
-class AWSProvider(Provider):
+class AWSProvider(Provider, ProviderWithTags):
     """EC2 instances tagged with this project (and lineage)."""
 
     name = NAME
@@ -271,7 +268,7 @@ class AWSProvider(Provider):
             "MinCount": count,
             "MaxCount": count,
             "SecurityGroupIds": [await self._security_group(region, subnet)],
-            "UserData": USER_DATA,
+            "UserData": STARTUP_SCRIPT,
             "TagSpecifications": [
                 {"ResourceType": rt, "Tags": self._tags(fleet, start)}
                 for rt in ("instance", "volume")

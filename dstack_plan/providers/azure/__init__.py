@@ -1,0 +1,1 @@
+"""Azure virtual machines for cloud fleets."""

@@ -23,6 +23,7 @@ from dstack_plan.apply.quota_gate import check_plan
 from dstack_plan.apply.records import for_handler
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
+from dstack_plan.apply.volumes import VolumeHandler
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.config.interpolation import referenced_secrets
 from dstack_plan.config.kinds import RUN_KINDS
@@ -197,7 +198,7 @@ class Project:
             "service": runs,
             "dev-environment": runs,
             "fleet": fleets,
-            "volume": unsupported,
+            "volume": VolumeHandler(self.clouds),
             "gateway": unsupported,
         }
 

@@ -30,8 +30,13 @@ class Volume(BaseModel):
     id: str
     name: str
     region: str
+    zone: str | None = None
+    """The availability zone it lives in (the machines that mount it must be there); None
+    while not known."""
     size_gb: float | None = None
     """None while not known (a partial volume, before `refresh_volumes` completes it)."""
+    attached_to: tuple[str, ...] = ()
+    """The ids of the instances it is attached to now."""
     external: bool = False
     """Registered by `volume_id`, not created: never deleted physically."""
     status: Literal["submitted", "provisioning", "active", "failed"] = "submitted"
@@ -72,7 +77,19 @@ class ProviderWithVolumes(ABC):
     @abstractmethod
     async def delete_volume(self, volume: Volume) -> None:
         """Start deleting a created volume (a registered one is only forgotten) and return.
-        Idempotent: a volume already gone returns silently."""
+        A volume still attached is detached first (waiting for that, seconds). Idempotent: a
+        volume already gone returns silently."""
+
+    @abstractmethod
+    async def attach_volume(self, volume: Volume, instance: Instance) -> str:
+        """Attach `volume` to `instance` and return the device it appears as on the machine
+        (`/dev/sdf`), once attached (seconds). Idempotent: already attached there returns
+        its device. ProviderError when it cannot be (another zone, attached elsewhere)."""
+
+    @abstractmethod
+    async def detach_volume(self, volume: Volume, instance: Instance) -> None:
+        """Start detaching `volume` from `instance` and return. Idempotent: a volume not
+        attached there returns silently."""
 
 
 class ProviderWithGateways(ABC):

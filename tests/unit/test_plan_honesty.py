@@ -175,7 +175,7 @@ def test_the_project_plan_refuses_unconfigured_cloud_fleets_volumes_and_gateways
         "  fleet.cloud: a cloud backend is not configured in .dstack/backends.yml (dstack init "
         "--backend aws)",
         "  gateway.gw: the aws provider cannot create gateways in this version",
-        "  volume.data: the aws provider cannot create volumes in this version",
+        "  volume.data: aws: not configured in .dstack/backends.yml (dstack init --backend aws)",
     ]
     assert not (tmp_path / "a").exists()  # refused before any agent was asked
 

@@ -167,6 +167,12 @@ def test_volumes_and_gateways_are_capabilities_a_provider_opts_into() -> None:
         async def delete_volume(self, volume: Volume) -> None:
             return None
 
+        async def attach_volume(self, volume: Volume, instance: Any) -> str:
+            return "/dev/sdf"
+
+        async def detach_volume(self, volume: Volume, instance: Any) -> None:
+            return None
+
     assert not supports(LocalProvider, ProviderWithVolumes)
     assert not supports(LocalProvider, ProviderWithGateways)
     assert supports(WithVolumes, CAPABILITY_OF_KIND["volume"])

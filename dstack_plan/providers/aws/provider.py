@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
+from dstack_plan.providers.aws.ebs import EBSVolumes
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.capabilities import ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
@@ -56,7 +57,7 @@ def _code(e: BaseException) -> str:
     return ""
 
 
-class AWSProvider(Provider, ProviderWithTags):
+class AWSProvider(Provider, ProviderWithTags, EBSVolumes):
     """EC2 instances tagged with this project (and lineage)."""
 
     name = NAME

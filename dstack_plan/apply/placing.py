@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from dstack_plan.apply.host_load import BusyJob
 from dstack_plan.apply.jobs import job_demands
+from dstack_plan.config.run_fields import NetworkVolumeMount
 from dstack_plan.config.runs import RunSpec, TaskSpec
 from dstack_plan.plan.model import Placement
 from dstack_plan.scheduler.labels import Labels, Wants, choose
@@ -82,6 +83,13 @@ def place_on_fleet(
         placements[run.address] = _placement(hosts, decision)
         if not run.starts:
             continue
+        if volume := _network_volume(run.spec):
+            never[run.address] = (
+                f"{run.address} cannot run on any fleet: it mounts the network volume "
+                f"{volume}, and attaching network volumes to runs is not in this version "
+                "(instance volumes, `/host/path:/path`, are)"
+            )
+            continue
         if decision.never:
             hint = f"; {PROCESS_PORT_HINT}" if _process_port_clash(run, decision) else ""
             never[run.address] = f"{run.address} cannot run on any fleet: {decision.reason}{hint}"
@@ -90,6 +98,14 @@ def place_on_fleet(
             for demand, chosen in zip(demands, decision.hosts, strict=True):
                 planned[chosen.host].append(held_by(demand, run.address, chosen.resources.gpus))
     return FleetPlacements(placements, never)
+
+
+def _network_volume(spec: RunSpec) -> str | None:
+    """The name of the first network volume `spec` mounts (None: it mounts none)."""
+    for mount in spec.volumes:
+        if isinstance(mount, NetworkVolumeMount):
+            return mount.name if isinstance(mount.name, str) else ", ".join(mount.name)
+    return None
 
 
 def _order(run: HostRun) -> tuple[bool, int]:

@@ -87,3 +87,18 @@ def test_a_registered_volume_is_forgotten_not_deleted(
     missing = dstack("apply", "-y")
     assert missing.returncode == 1
     assert f"volume vol-00000000 not found in {REGION}" in missing.stdout + missing.stderr
+
+
+def test_a_run_mounting_a_network_volume_is_refused_by_the_plan_not_run_without_it(
+    dstack: Dstack, project: Path
+) -> None:
+    (project / "volume.dstack.yml").write_text(VOLUME + "size: 20GB\n")
+    (project / "task.dstack.yml").write_text(
+        "type: task\nname: train\ncommands: [echo hi]\nvolumes: [data:/data]\n"
+    )
+    planned = dstack("plan")
+    assert planned.returncode == 1
+    assert "task.train cannot run on any fleet: it mounts the network volume data" in (
+        planned.stderr
+    ), planned.stdout + planned.stderr
+    assert "Traceback" not in planned.stderr

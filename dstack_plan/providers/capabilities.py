@@ -19,6 +19,7 @@ from dstack_plan.providers.base import Instance, Provider
 if TYPE_CHECKING:
     from dstack_plan.config.gateway import GatewaySpec
     from dstack_plan.config.volume import VolumeSpec
+    from dstack_plan.providers.catalog import RegionPrice
 
 
 class Volume(BaseModel):
@@ -123,7 +124,24 @@ class ProviderWithTags(ABC):
         regions, `fleet`'s only when given. Reads only (seconds)."""
 
 
-Capability = type[ProviderWithVolumes] | type[ProviderWithGateways] | type[ProviderWithTags]
+class ProviderWithPrices(ABC):
+    """A cloud provider that can price its catalogue's machine types from its pricing APIs
+    (`dstack catalog refresh`)."""
+
+    @abstractmethod
+    async def current_prices(
+        self, types: Sequence[str], regions: Sequence[str]
+    ) -> dict[tuple[str, str], RegionPrice]:
+        """(type, region) → today's price, for the pairs the APIs price (a few seconds to a
+        minute of reads). ProviderError when the pricing APIs cannot be reached."""
+
+
+Capability = (
+    type[ProviderWithVolumes]
+    | type[ProviderWithGateways]
+    | type[ProviderWithTags]
+    | type[ProviderWithPrices]
+)
 
 CAPABILITY_OF_KIND: dict[str, Capability] = {
     "volume": ProviderWithVolumes,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Provider
+from dstack_plan.providers.catalog import project_catalog_file
 from dstack_plan.providers.names import ANY_CLOUD, CLOUDS
 from dstack_plan.providers.offer_cache import OfferCache
 from dstack_plan.providers.project_key import project_key
@@ -67,6 +68,7 @@ def cloud_providers(
                 project=project_name(project_dir),
                 lineage=lineage,
                 cache=OfferCache.of(project_dir, backend.type),
+                catalog_file=project_catalog_file(project_dir, backend.type),
             )
         )
     if only in CLOUDS and not providers and not notes:
@@ -142,6 +144,7 @@ class ConfiguredClouds:
                 "project": project_name(self.project_dir),
                 "lineage": lineage,
                 "cache": OfferCache.of(self.project_dir, backend_type),
+                "catalog_file": project_catalog_file(self.project_dir, backend_type),
             }
             if creating:
                 kwargs["ssh_public_key"] = project_key(self.project_dir).public_openssh

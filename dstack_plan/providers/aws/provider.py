@@ -14,14 +14,15 @@ import asyncio
 import functools
 import hashlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.aws.ebs import EBSVolumes
 from dstack_plan.providers.base import Instance, Offer, Provider
-from dstack_plan.providers.capabilities import ProviderWithTags
+from dstack_plan.providers.capabilities import ProviderWithPrices, ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
-from dstack_plan.providers.catalog import catalog_offers, load_catalog
+from dstack_plan.providers.catalog import Catalog, RegionPrice, catalog_offers, load_catalog
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
 from dstack_plan.providers.offer_cache import OfferCache
 
@@ -57,7 +58,7 @@ def _code(e: BaseException) -> str:
     return ""
 
 
-class AWSProvider(Provider, ProviderWithTags, EBSVolumes):
+class AWSProvider(Provider, ProviderWithTags, ProviderWithPrices, EBSVolumes):
     """EC2 instances tagged with this project (and lineage)."""
 
     name = NAME
@@ -71,6 +72,7 @@ class AWSProvider(Provider, ProviderWithTags, EBSVolumes):
         ssh_public_key: str | None = None,
         endpoint_url: str | None = None,
         cache: OfferCache | None = None,
+        catalog_file: Path | None = None,
     ):
         self.config = config
         self.project = project
@@ -80,16 +82,22 @@ class AWSProvider(Provider, ProviderWithTags, EBSVolumes):
         self._session: Any = None
         self._clients: dict[str, Any] = {}
         self._offered: dict[str, frozenset[str]] = {}
+        self.catalog_file = catalog_file
+        """The project's refreshed catalogue, read instead of the shipped one if it exists."""
         self.cache = cache or OfferCache(None)
         """Which types each region offers, kept across commands (`providers/offer_cache.py`)."""
 
     # -- plumbing
 
+    def catalog(self) -> Catalog:
+        """The project's refreshed catalogue if it has one, else the shipped one."""
+        return load_catalog(NAME, self.catalog_file)
+
     def regions(self) -> list[str]:
         """The configured regions, else every region of the catalogue."""
         if self.config is not None and self.config.regions:
             return list(self.config.regions)
-        return sorted({r for i in load_catalog(NAME).items for r in i.regions})
+        return sorted({r for i in self.catalog().items for r in i.regions})
 
     def client(self, region: str) -> Any:
         """The EC2 client for `region` (one per region, kept until `close`)."""
@@ -170,7 +178,11 @@ class AWSProvider(Provider, ProviderWithTags, EBSVolumes):
 
         regions = self.regions()
         offered = {r: await self._offered_types(r) for r in regions}
-        out = [o for o in catalog_offers(NAME, regions) if o.instance_type in offered[o.region]]
+        out = [
+            o
+            for o in catalog_offers(NAME, regions, override=self.catalog_file)
+            if o.instance_type in offered[o.region]
+        ]
         if requirements is not None:
             out = [o for o in out if offer_mismatch(requirements, o.resources) is None]
         return out
@@ -317,6 +329,20 @@ class AWSProvider(Provider, ProviderWithTags, EBSVolumes):
             )
         return out
 
+    # -- prices
+
+    async def current_prices(
+        self, types: Sequence[str], regions: Sequence[str]
+    ) -> dict[tuple[str, str], RegionPrice]:
+        """Today's on-demand (Price List API) and spot (spot price history) prices of
+        `types` in `regions`, for `dstack catalog refresh`."""
+        from dstack_plan.providers.aws.pricing import PRICING_REGION, fetch_prices
+
+        if self._session is None:
+            self.client(PRICING_REGION)  # makes the session
+        pricing = self._session.client("pricing", region_name=PRICING_REGION)
+        return await fetch_prices(self._api, pricing, self.client, types, regions)
+
     # -- read / terminate
 
     def _instance(self, inst: dict[str, Any], region: str) -> Instance | None:
@@ -324,7 +350,7 @@ class AWSProvider(Provider, ProviderWithTags, EBSVolumes):
         if state not in _STATUS:
             return None
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-        item = load_catalog(NAME).item(inst["InstanceType"])
+        item = self.catalog().item(inst["InstanceType"])
         price = 0.0
         if item and region in item.regions:
             p = item.regions[region]

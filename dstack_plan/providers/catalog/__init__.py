@@ -11,6 +11,7 @@ import functools
 import json
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -75,26 +76,47 @@ class Catalog(_Model):
         return next((i for i in self.items if i.instance_type == instance_type), None)
 
 
+PROJECT_CATALOG_DIR = ".dstack/catalog"
+"""Where `dstack catalog refresh` writes a project's own price lists (committed, so a team
+plans with the same prices); a provider's file there replaces the shipped one."""
+
+
+def project_catalog_file(project_dir: str | Path, provider: str) -> Path:
+    return Path(project_dir) / PROJECT_CATALOG_DIR / f"{provider}.json"
+
+
 @functools.cache
-def load_catalog(provider: str) -> Catalog:
-    """The shipped catalogue of `provider` (read once per process); ProviderError when it is
-    missing or corrupt."""
+def load_catalog(provider: str, override: Path | None = None) -> Catalog:
+    """The catalogue of `provider`: the file `override` names when it exists (a project's
+    refreshed one), else the shipped one (each read once per process); ProviderError when
+    the one read is corrupt or none ships."""
+    if override is not None and override.is_file():
+        return _parse(provider, override.read_text("utf-8"), str(override))
     try:
         text = resources.files(__name__).joinpath(f"{provider}.json").read_text("utf-8")
     except (FileNotFoundError, OSError):
         raise ProviderError(provider, "no offer catalogue ships for this provider") from None
+    return _parse(provider, text, "the offer catalogue")
+
+
+def _parse(provider: str, text: str, what: str) -> Catalog:
     try:
         return Catalog.model_validate(json.loads(text))
     except (ValueError, ValidationError) as e:
-        raise ProviderError(provider, f"the offer catalogue is corrupt: {e}") from None
+        raise ProviderError(provider, f"{what} is corrupt: {e}") from None
 
 
 def catalog_offers(
-    provider: str, regions: Sequence[str] | None, *, spot: bool | None = None
+    provider: str,
+    regions: Sequence[str] | None,
+    *,
+    spot: bool | None = None,
+    override: Path | None = None,
 ) -> list[Offer]:
-    """Every (type, region, spot) of the catalogue as an Offer, cheapest first (ties by type,
-    then region). `regions` None: all; `spot` None: both on-demand and spot."""
-    cat = load_catalog(provider)
+    """Every (type, region, spot) of the catalogue (`load_catalog(provider, override)`) as an
+    Offer, cheapest first (ties by type, then region). `regions` None: all; `spot` None:
+    both on-demand and spot."""
+    cat = load_catalog(provider, override)
     out: list[Offer] = []
     for item in cat.items:
         res = item.resources()

@@ -16,13 +16,14 @@ import functools
 import re
 import secrets
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.capabilities import ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
-from dstack_plan.providers.catalog import ROOT_DISK_GB, catalog_offers, load_catalog
+from dstack_plan.providers.catalog import ROOT_DISK_GB, Catalog, catalog_offers, load_catalog
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
 from dstack_plan.providers.offer_cache import OfferCache
 
@@ -101,6 +102,7 @@ class GCPProvider(Provider, ProviderWithTags):
         lineage: str = "",
         ssh_public_key: str | None = None,
         cache: OfferCache | None = None,
+        catalog_file: Path | None = None,
         credentials: Any = None,
     ):
         if config is None:
@@ -111,6 +113,8 @@ class GCPProvider(Provider, ProviderWithTags):
         self.project = project
         self.lineage = lineage
         self.ssh_public_key = ssh_public_key
+        self.catalog_file = catalog_file
+        """The project's refreshed catalogue, read instead of the shipped one if it exists."""
         self.cache = cache or OfferCache(None)
         """The zones offering each type, kept across commands (`providers/offer_cache.py`)."""
         self._credentials = credentials
@@ -119,11 +123,15 @@ class GCPProvider(Provider, ProviderWithTags):
 
     # -- plumbing
 
+    def catalog(self) -> Catalog:
+        """The project's refreshed catalogue if it has one, else the shipped one."""
+        return load_catalog(NAME, self.catalog_file)
+
     def regions(self) -> list[str]:
         """The configured regions, else every region of the catalogue."""
         if self.config.regions:
             return list(self.config.regions)
-        return sorted({r for i in load_catalog(NAME).items for r in i.regions})
+        return sorted({r for i in self.catalog().items for r in i.regions})
 
     def _load_credentials(self) -> Any:
         if self._credentials is not None:
@@ -229,7 +237,7 @@ class GCPProvider(Provider, ProviderWithTags):
     def _zone_types(self) -> list[str]:
         """`zone/type` for each catalogue machine type each zone offers (one aggregated list,
         asked for those types only)."""
-        types = {i.instance_type for i in load_catalog(NAME).items}
+        types = {i.instance_type for i in self.catalog().items}
         wanted = " OR ".join(f'(name = "{t}")' for t in sorted(types))
         from google.cloud import compute_v1
 
@@ -252,7 +260,7 @@ class GCPProvider(Provider, ProviderWithTags):
         zones = await self.zones()
         out = [
             o
-            for o in catalog_offers(NAME, self.regions())
+            for o in catalog_offers(NAME, self.regions(), override=self.catalog_file)
             if zones.get(o.region, {}).get(o.instance_type)
         ]
         if requirements is not None:
@@ -423,7 +431,7 @@ class GCPProvider(Provider, ProviderWithTags):
             return None
         zone = _tail(raw.zone)
         labels = dict(raw.labels)
-        item = load_catalog(NAME).item(_tail(raw.machine_type))
+        item = self.catalog().item(_tail(raw.machine_type))
         region = _region_of(zone)
         spot = raw.scheduling.provisioning_model == "SPOT"
         price = 0.0

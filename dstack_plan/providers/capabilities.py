@@ -8,12 +8,15 @@ mixin simply does not have the methods.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Instance, Provider
 
 if TYPE_CHECKING:
@@ -91,6 +94,22 @@ class ProviderWithVolumes(ABC):
     async def detach_volume(self, volume: Volume, instance: Instance) -> None:
         """Start detaching `volume` from `instance` and return. Idempotent: a volume not
         attached there returns silently."""
+
+    async def wait_for_volume(
+        self, volume: Volume, ok: Callable[[Volume], bool], what: str, *, timeout: float = 120
+    ) -> None:
+        """Poll `refresh_volumes` until `volume` is gone or `ok(volume)`; ProviderError
+        saying it is not `what` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            current = await self.refresh_volumes([volume])
+            if not current or ok(current[0]):
+                return
+            if time.monotonic() > deadline:
+                raise ProviderError(
+                    volume.provider, f"volume {volume.id} not {what} after {timeout:.0f}s"
+                )
+            await asyncio.sleep(1.0)
 
 
 class ProviderWithGateways(ABC):

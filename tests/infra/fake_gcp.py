@@ -47,6 +47,7 @@ class FakeGCP(RestApp):
     addresses: list[str] = field(default_factory=list)
     """External addresses handed to new instances in order (then 127.0.0.1)."""
     instances: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    disks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     firewalls: dict[str, dict[str, Any]] = field(default_factory=dict)
     operations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -130,6 +131,8 @@ class FakeGCP(RestApp):
         parts = rest.split("/")
         if parts[0] == "operations" and len(parts) >= 2:
             return self._get_operation(parts[1])
+        if parts[0] == "disks":
+            return self._disks(request, project, zone, parts[1:])
         if parts[0] != "instances":
             return _error(404, f"no route {rest}")
         if len(parts) == 1 and request.method == "POST":
@@ -145,8 +148,59 @@ class FakeGCP(RestApp):
             )
         if request.method == "DELETE":
             del self.instances[(zone, name)]
+            for disk in self.disks.values():
+                disk["users"] = [u for u in disk["users"] if not u.endswith(f"/instances/{name}")]
             return self._operation(project, zone, [])
+        if len(parts) == 3 and parts[2] in ("attachDisk", "detachDisk"):
+            return self._attachment(request, project, zone, inst, parts[2])
         return Reply(body=inst)
+
+    def _disks(self, request: Request, project: str, zone: str, parts: list[str]) -> Reply:
+        if not parts and request.method == "POST":
+            disk = {
+                **request.body,
+                "status": "READY",
+                "users": [],
+                "zone": self._url(project, f"zones/{zone}"),
+                "selfLink": self._url(project, f"zones/{zone}/disks/{request.body['name']}"),
+            }
+            self.disks[(zone, request.body["name"])] = disk
+            return self._operation(project, zone, [])
+        disk = self.disks.get((zone, parts[0])) if parts else None
+        if disk is None:
+            return _error(
+                404, f"The resource 'projects/{project}/zones/{zone}/disks' was not found"
+            )
+        if request.method == "DELETE":
+            if disk["users"]:
+                return _error(400, f"The disk resource '{parts[0]}' is already being used")
+            del self.disks[(zone, parts[0])]
+            return self._operation(project, zone, [])
+        return Reply(body=disk)
+
+    def _attachment(
+        self, request: Request, project: str, zone: str, inst: dict[str, Any], action: str
+    ) -> Reply:
+        user = self._url(project, f"zones/{zone}/instances/{inst['name']}")
+        if action == "attachDisk":
+            source = request.body["source"].rsplit("/", 1)[-1]
+            disk = self.disks.get((zone, source))
+            if disk is None:
+                return _error(404, f"disk {source} not found")
+            disk["users"].append(user)
+            inst.setdefault("disks", []).append(
+                {"source": disk["selfLink"], "deviceName": request.body["deviceName"]}
+            )
+            return self._operation(project, zone, [])
+        device = request.query.get("deviceName", [""])[0]
+        attached = [d for d in inst.get("disks", []) if d.get("deviceName") == device]
+        if not attached:
+            return _error(400, f"No attached disk found with device name '{device}'")
+        inst["disks"].remove(attached[0])
+        source = attached[0]["source"].rsplit("/", 1)[-1]
+        disk = self.disks[(zone, source)]
+        disk["users"] = [u for u in disk["users"] if u != user]
+        return self._operation(project, zone, [])
 
     def _insert(self, project: str, zone: str, body: dict[str, Any]) -> Reply:
         machine_type = body["machineType"].rsplit("/", 1)[-1]

@@ -7,10 +7,8 @@ a volume registered by `volume_id` is only read, never changed or deleted.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
-import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,8 +25,6 @@ T = TypeVar("T")
 NAME = "aws"
 DEVICES = tuple(f"/dev/sd{c}" for c in "fghijklmnop")
 """Where attached volumes appear (EC2's recommended range for EBS data volumes)."""
-DETACH_WAIT_S = 120.0
-POLL_S = 1.0
 _STATUS = {
     "creating": "provisioning",
     "available": "active",
@@ -101,8 +97,8 @@ class EBSVolumes(ProviderWithVolumes):
         tags = {
             "dstack-plan:project": self.project,
             "dstack-plan:lineage": self.lineage,
-            "dstack-plan:volume": spec.name,
-            "Name": spec.name,
+            "dstack-plan:volume": spec.name or "volume",
+            "Name": spec.name or "volume",
             **(self.config.tags if self.config else {}),
             **(spec.tags or {}),
         }
@@ -143,7 +139,7 @@ class EBSVolumes(ProviderWithVolumes):
             return
         for instance_id in current[0].attached_to:
             await self._detach(volume, instance_id)
-        await self._until(volume, lambda v: not v.attached_to, "detached")
+        await self.wait_for_volume(volume, lambda v: not v.attached_to, "detached")
         ec2 = self.client(volume.region)
         await self._ebs(
             functools.partial(ec2.delete_volume, VolumeId=volume.id), f"deleting {volume.id}"
@@ -182,7 +178,7 @@ class EBSVolumes(ProviderWithVolumes):
             ec2.attach_volume, VolumeId=volume.id, InstanceId=instance.id, Device=device
         )
         await self._ebs(attach, f"attaching {volume.id} to {instance.id}")
-        await self._until(volume, lambda v: instance.id in v.attached_to, "attached")
+        await self.wait_for_volume(volume, lambda v: instance.id in v.attached_to, "attached")
         return device
 
     async def detach_volume(self, volume: Volume, instance: Instance) -> None:
@@ -204,15 +200,3 @@ class EBSVolumes(ProviderWithVolumes):
                 "InvalidVolume.NotFound",
             ):
                 raise ProviderError(NAME, f"EC2 error {code} detaching {volume.id}") from None
-
-    async def _until(self, volume: Volume, ok: Callable[[Volume], bool], what: str) -> None:
-        deadline = time.monotonic() + DETACH_WAIT_S
-        while True:
-            current = await self.refresh_volumes([volume])
-            if not current or ok(current[0]):
-                return
-            if time.monotonic() > deadline:
-                raise ProviderError(
-                    NAME, f"volume {volume.id} not {what} after {DETACH_WAIT_S:.0f}s"
-                )
-            await asyncio.sleep(POLL_S)

@@ -25,6 +25,7 @@ from dstack_plan.providers.capabilities import ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
 from dstack_plan.providers.catalog import ROOT_DISK_GB, Catalog, catalog_offers, load_catalog
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
+from dstack_plan.providers.gcp.disks import PersistentDisks
 from dstack_plan.providers.offer_cache import OfferCache
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def _region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-class GCPProvider(Provider, ProviderWithTags):
+class GCPProvider(Provider, ProviderWithTags, PersistentDisks):
     """Compute Engine instances labelled with this project (and lineage)."""
 
     name = NAME

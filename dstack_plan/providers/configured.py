@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 SDK_MODULE = {"aws": "boto3", "gcp": "google.cloud.compute", "azure": "azure.mgmt.compute"}
 """The module each provider's SDK extra installs (`pip install 'dstack-plan[aws]'`)."""
-SHIPPED = frozenset({"aws", "gcp"})
+SHIPPED = frozenset({"aws", "gcp", "azure"})
 """Cloud providers this version has; the other backend types are configured ahead of them."""
 
 

@@ -18,7 +18,9 @@ from tests.e2e.conftest import Dstack
 from tests.e2e.test_cloud_fleet import stop_agents
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_ssh_fleet import remote  # noqa: F401 - fixture
+from tests.infra.fake_arm import AZURE_VARS, SUBSCRIPTION, FakeARM, msi_env
 from tests.infra.fake_gcp import FakeGCP, service_account_file
+from tests.infra.rest_server import RestServer, self_signed_cert
 from tests.infra.ssh_hosts import SSHTestHosts
 
 pytestmark = pytest.mark.ssh
@@ -103,3 +105,37 @@ def test_a_gcp_fleet_from_offer_to_a_running_job_and_back_to_nothing(
     assert inserted["scheduling"]["provisioningModel"] == "SPOT"
     assert inserted["labels"]["dstack-plan-project"] == "project"
     assert gcp.instances == {}  # destroy deleted it
+
+
+def test_an_azure_fleet_from_offer_to_a_running_job_and_back_to_nothing(
+    dstack: Dstack,
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+) -> None:
+    cert = self_signed_cert(tmp_path)
+    arm = FakeARM()
+    server = RestServer(arm, tls=cert)
+    h2 = ssh_hosts["h2"].address
+    arm.addresses.append(h2)
+    for name in AZURE_VARS:
+        cli_env.pop(name, None)
+    cli_env.update(msi_env(arm, cert[0]))  # DefaultAzureCredential: a managed identity
+    project = _project(
+        tmp_path / "project",
+        ssh_hosts,
+        f"backends:\n  - type: azure\n    subscription_id: {SUBSCRIPTION}\n"
+        f"    regions: [eastus]\n    arm_endpoint: {arm.base_url}\n    ssh_user: root\n",
+    )
+    try:
+        used = _offer_to_job_to_nothing(dstack, project, "azure", h2)
+    finally:
+        stop_agents(remote)
+        server.stop()
+    (put,) = [r for r in arm.sent("PUT", "/virtualMachines/")]
+    assert put.body["properties"]["hardwareProfile"]["vmSize"] == used
+    assert put.body["properties"]["priority"] == "Spot"
+    assert put.body["tags"]["dstack-plan:project"] == "project"
+    assert put.headers["Authorization"].startswith("Bearer ")
+    assert arm.sent("DELETE", "/virtualMachines/")  # destroy deleted it

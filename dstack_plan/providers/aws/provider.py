@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.aws.ebs import EBSVolumes
-from dstack_plan.providers.base import Instance, Offer, Provider
+from dstack_plan.providers.base import Instance, Offer
 from dstack_plan.providers.capabilities import ProviderWithPrices, ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
-from dstack_plan.providers.catalog import Catalog, RegionPrice, catalog_offers, load_catalog
+from dstack_plan.providers.catalog import RegionPrice, catalog_offers
+from dstack_plan.providers.catalogued import CataloguedProvider
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
 from dstack_plan.providers.offer_cache import OfferCache
 
@@ -58,10 +59,11 @@ def _code(e: BaseException) -> str:
     return ""
 
 
-class AWSProvider(Provider, ProviderWithTags, ProviderWithPrices, EBSVolumes):
+class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSVolumes):
     """EC2 instances tagged with this project (and lineage)."""
 
     name = NAME
+    config: AWSBackend | None
 
     def __init__(
         self,
@@ -74,30 +76,20 @@ class AWSProvider(Provider, ProviderWithTags, ProviderWithPrices, EBSVolumes):
         cache: OfferCache | None = None,
         catalog_file: Path | None = None,
     ):
-        self.config = config
-        self.project = project
-        self.lineage = lineage
-        self.ssh_public_key = ssh_public_key
+        super().__init__(
+            config,
+            project=project,
+            lineage=lineage,
+            ssh_public_key=ssh_public_key,
+            cache=cache,
+            catalog_file=catalog_file,
+        )
         self.endpoint_url = endpoint_url
         self._session: Any = None
         self._clients: dict[str, Any] = {}
         self._offered: dict[str, frozenset[str]] = {}
-        self.catalog_file = catalog_file
-        """The project's refreshed catalogue, read instead of the shipped one if it exists."""
-        self.cache = cache or OfferCache(None)
-        """Which types each region offers, kept across commands (`providers/offer_cache.py`)."""
 
     # -- plumbing
-
-    def catalog(self) -> Catalog:
-        """The project's refreshed catalogue if it has one, else the shipped one."""
-        return load_catalog(NAME, self.catalog_file)
-
-    def regions(self) -> list[str]:
-        """The configured regions, else every region of the catalogue."""
-        if self.config is not None and self.config.regions:
-            return list(self.config.regions)
-        return sorted({r for i in self.catalog().items for r in i.regions})
 
     def client(self, region: str) -> Any:
         """The EC2 client for `region` (one per region, kept until `close`)."""

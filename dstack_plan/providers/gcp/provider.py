@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
-from dstack_plan.providers.base import Instance, Offer, Provider
+from dstack_plan.providers.base import Instance, Offer
 from dstack_plan.providers.capabilities import ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
-from dstack_plan.providers.catalog import ROOT_DISK_GB, Catalog, catalog_offers, load_catalog
+from dstack_plan.providers.catalog import ROOT_DISK_GB, catalog_offers
+from dstack_plan.providers.catalogued import CataloguedProvider
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
 from dstack_plan.providers.gcp.disks import PersistentDisks
 from dstack_plan.providers.offer_cache import OfferCache
@@ -90,10 +91,11 @@ def _region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-class GCPProvider(Provider, ProviderWithTags, PersistentDisks):
+class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks):
     """Compute Engine instances labelled with this project (and lineage)."""
 
     name = NAME
+    config: GCPBackend
 
     def __init__(
         self,
@@ -110,29 +112,19 @@ class GCPProvider(Provider, ProviderWithTags, PersistentDisks):
             from dstack_plan.config.backends import GCPBackend
 
             config = GCPBackend(type="gcp", project_id=project)
-        self.config = config
-        self.project = project
-        self.lineage = lineage
-        self.ssh_public_key = ssh_public_key
-        self.catalog_file = catalog_file
-        """The project's refreshed catalogue, read instead of the shipped one if it exists."""
-        self.cache = cache or OfferCache(None)
-        """The zones offering each type, kept across commands (`providers/offer_cache.py`)."""
+        super().__init__(
+            config,
+            project=project,
+            lineage=lineage,
+            ssh_public_key=ssh_public_key,
+            cache=cache,
+            catalog_file=catalog_file,
+        )
         self._credentials = credentials
         self._clients: dict[str, Any] = {}
         self._zones: dict[str, dict[str, list[str]]] | None = None
 
     # -- plumbing
-
-    def catalog(self) -> Catalog:
-        """The project's refreshed catalogue if it has one, else the shipped one."""
-        return load_catalog(NAME, self.catalog_file)
-
-    def regions(self) -> list[str]:
-        """The configured regions, else every region of the catalogue."""
-        if self.config.regions:
-            return list(self.config.regions)
-        return sorted({r for i in self.catalog().items for r in i.regions})
 
     def _load_credentials(self) -> Any:
         if self._credentials is not None:

@@ -16,6 +16,8 @@ command -v docker-registry >/dev/null 2>&1 || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 # `dstack graph --format svg` renders with Graphviz's dot
 command -v dot >/dev/null 2>&1 || need_pkgs+=(graphviz)
+# the Azure tests serve their fake Resource Manager over HTTPS with a certificate openssl makes
+command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 
 if [ "$(id -u)" != 0 ]; then
   if [ ${#need_pkgs[@]} -gt 0 ]; then

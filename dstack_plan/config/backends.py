@@ -136,6 +136,9 @@ class AzureBackend(Strict):
     arm_endpoint: str | None = None
     """The Azure Resource Manager URL; None: public Azure (https://management.azure.com).
     Set it for a sovereign cloud (https://management.chinacloudapi.cn, ...)."""
+    prices_endpoint: str | None = None
+    """The Azure Retail Prices API's URL `dstack catalog refresh` reads; None:
+    https://prices.azure.com (a mirror or proxy goes here)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Dstack
+from tests.infra.fake_azure_prices import FakeAzurePrices
 from tests.infra.fake_pricing import FakePricing
 from tests.infra.moto_server import CREDENTIALS, REGION
 from tests.infra.rest_server import RestServer
@@ -68,3 +69,35 @@ def test_refresh_prices_the_catalogue_and_offers_use_it(
     text = dstack("catalog", "refresh", "--backend", "gcp")
     assert text.returncode == 1
     assert "gcp: not configured in .dstack/backends.yml" in text.stdout + text.stderr
+
+
+def test_refresh_prices_the_azure_catalogue_from_the_retail_prices_api(
+    dstack: Dstack, tmp_path: Path
+) -> None:
+    prices = FakeAzurePrices()
+    server = RestServer(prices)
+    prices.add("Standard_NC24ads_A100_v4", "eastus", 3.5)
+    prices.add("Standard_NC24ads_A100_v4", "eastus", 0.7, "Spot")
+    prices.add("Standard_NC24ads_A100_v4", "eastus", 0.5, "Low Priority")
+    prices.add("Standard_NC24ads_A100_v4", "eastus", 9.9, "Windows")
+    prices.add("Standard_D4s_v5", "eastus", 0.2)
+    project = tmp_path / "project"
+    (project / ".dstack").mkdir()
+    (project / ".dstack" / "backends.yml").write_text(
+        "backends:\n  - type: azure\n    subscription_id: s1\n    regions: [eastus]\n"
+        f"    prices_endpoint: {prices.base_url}\n"
+    )
+    try:
+        done = dstack("catalog", "refresh", "--backend", "azure", "--region", "eastus")
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(
+        "azure: 2 prices refreshed, 6 kept -> .dstack/catalog/azure.json"
+    )
+    catalogue = json.loads((project / ".dstack" / "catalog" / "azure.json").read_text())
+    a100 = next(i for i in catalogue["items"] if i["instance_type"] == "Standard_NC24ads_A100_v4")
+    assert a100["regions"]["eastus"] == {"on_demand": 3.5, "spot": 0.7}
+    d4 = next(i for i in catalogue["items"] if i["instance_type"] == "Standard_D4s_v5")
+    assert d4["regions"]["eastus"] == {"on_demand": 0.2, "spot": None}
+    assert len(prices.sent("GET")) == 3  # five items, two a page: the next links followed

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Instance, Offer
-from dstack_plan.providers.capabilities import ProviderWithTags
+from dstack_plan.providers.capabilities import ProviderWithPrices, ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
-from dstack_plan.providers.catalog import ROOT_DISK_GB, catalog_offers
+from dstack_plan.providers.catalog import ROOT_DISK_GB, RegionPrice, catalog_offers
 from dstack_plan.providers.catalogued import CataloguedProvider
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
 from dstack_plan.providers.offer_cache import OfferCache
@@ -96,7 +96,7 @@ def _model(cls: Callable[..., T], **fields: Any) -> T:
     return cls(**fields)
 
 
-class AzureProvider(CataloguedProvider, ProviderWithTags):
+class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices):
     """Azure VMs tagged with this project (and lineage), in one resource group."""
 
     name = NAME
@@ -552,6 +552,20 @@ class AzureProvider(CataloguedProvider, ProviderWithTags):
             self._instance(vm, _status(vm) or "terminated", addresses.get(str(vm.name), ""))
             for vm in vms
         ]
+
+    async def current_prices(
+        self, types: Sequence[str], regions: Sequence[str]
+    ) -> dict[tuple[str, str], RegionPrice]:
+        """Today's pay-as-you-go and spot prices of `types` in `regions`, from the public
+        Azure Retail Prices API (`prices_endpoint`), for `dstack catalog refresh`."""
+        from dstack_plan.providers.azure.pricing import PRICES_URL, fetch_region
+
+        base = (self.config.prices_endpoint if self.config else None) or PRICES_URL
+        out: dict[tuple[str, str], RegionPrice] = {}
+        for region in regions:
+            found = await asyncio.to_thread(fetch_region, base, types, region)
+            out.update({(size, region): price for size, price in found.items()})
+        return out
 
     async def agent(self, instance: Instance) -> AgentClient:
         """Not here: a booted VM is a host of its fleet, reached over SSH like an SSH fleet's

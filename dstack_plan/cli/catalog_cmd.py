@@ -30,7 +30,8 @@ def refresh(
 ) -> None:
     """Price the catalogue of each configured cloud backend from its pricing APIs.
 
-    Needs the backend's credentials (AWS: the Price List API and EC2's spot price history).
+    AWS needs credentials (the Price List API and EC2's spot price history); Azure reads the
+    public Retail Prices API; GCP has no refresh yet.
     The catalogue's machine types stay; each (type, region) the APIs price gets today's
     on-demand and spot price, the others keep theirs. The result goes to
     .dstack/catalog/PROVIDER.json, which plans and `dstack offer` then read instead of the

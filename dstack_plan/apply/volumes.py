@@ -78,8 +78,17 @@ class VolumeHandler(ResourceHandler):
         return Outcome(refreshed.status, refreshed.attributes)
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
+        """The volume as its provider sees it; the state as it is when it records no
+        volume (a create cut short) or the provider cannot answer (no credentials, backend
+        removed), as cloud fleets do: a plan still works, and apply would say why."""
+        kept = Refreshed(current.status, dict(current.attributes))
+        if not current.attributes.get("id"):
+            return kept
         volume = Volume.model_validate(current.attributes)
-        found = await self._provider(volume.provider, ctx).refresh_volumes([volume])
+        try:
+            found = await self._provider(volume.provider, ctx).refresh_volumes([volume])
+        except ProviderError:
+            return kept
         if not found:
             return Refreshed(
                 current.status, dict(current.attributes), gone=f"volume {volume.id} is gone"

@@ -23,7 +23,7 @@ def test_plan_and_apply_refuse_what_no_provider_can_create(dstack: Dstack, tmp_p
         for line in (
             "3 resources cannot be applied by this version of dstack-plan:",
             "fleet.cloud: a cloud backend is not configured in .dstack/backends.yml",
-            "volume.data: the aws provider cannot create volumes in this version",
+            "volume.data: aws: not configured in .dstack/backends.yml (dstack init --backend aws)",
         ):
             assert line in result.stderr, result.stderr
         assert "task.train" not in result.stderr  # runs on SSH fleets are supported

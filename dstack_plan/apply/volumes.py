@@ -9,8 +9,6 @@ plan refuses to destroy one before any of this runs.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import TYPE_CHECKING
 
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
@@ -28,15 +26,13 @@ if TYPE_CHECKING:
 
 READY_TIMEOUT_S = 300.0
 GONE_TIMEOUT_S = 300.0
-POLL_S = 1.0
 
 
 class VolumeHandler(ResourceHandler):
     """Volumes on the backends `.dstack/backends.yml` configures."""
 
-    def __init__(self, clouds: ConfiguredClouds, *, poll_seconds: float = POLL_S):
+    def __init__(self, clouds: ConfiguredClouds):
         self._clouds = clouds
-        self._poll = poll_seconds
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
         if provider not in CLOUDS:
@@ -103,26 +99,17 @@ class VolumeHandler(ResourceHandler):
         await provider.delete_volume(volume)
         if volume.external:
             return
-        deadline = time.monotonic() + GONE_TIMEOUT_S
-        while await provider.refresh_volumes([volume]):
-            if time.monotonic() > deadline:
-                raise ProviderError(
-                    volume.provider, f"volume {volume.id} still deleting", current.address
-                )
-            await asyncio.sleep(self._poll)
+        await provider.wait_for_volume(volume, lambda _: False, "deleted", timeout=GONE_TIMEOUT_S)
 
     async def _until_ready(self, provider: ProviderWithVolumes, volume: Volume) -> Volume:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            found = await provider.refresh_volumes([volume])
-            current = found[0] if found else None
-            if current is not None and current.status == "active":
-                return current
-            if current is None or current.status == "failed":
-                raise ProviderError(volume.provider, f"volume {volume.id} failed to create")
-            if time.monotonic() > deadline:
-                raise ProviderError(volume.provider, f"volume {volume.id} not ready in time")
-            await asyncio.sleep(self._poll)
+        settled = ("active", "failed")
+        await provider.wait_for_volume(
+            volume, lambda v: v.status in settled, "ready", timeout=READY_TIMEOUT_S
+        )
+        found = await provider.refresh_volumes([volume])
+        if not found or found[0].status != "active":
+            raise ProviderError(volume.provider, f"volume {volume.id} failed to create")
+        return found[0]
 
 
 def _volume_spec(after: dict[str, object]) -> VolumeSpec:

@@ -48,6 +48,10 @@ class EBSVolumes(ProviderWithVolumes):
     async def _call(self, fn: Callable[[], T]) -> T:
         """A blocking boto3 call off the loop (AWSProvider's)."""
 
+    @abstractmethod
+    async def _api(self, fn: Callable[[], T], doing: str = "") -> T:
+        """`_call` with EC2's errors ProviderErrors saying what failed (AWSProvider's)."""
+
     def _volume(self, raw: dict[str, Any], region: str, external: bool) -> Volume:
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
         return Volume(
@@ -66,19 +70,10 @@ class EBSVolumes(ProviderWithVolumes):
             status=_STATUS.get(raw["State"], "provisioning"),  # type: ignore[arg-type]
         )
 
-    async def _ebs(self, fn: Callable[[], T], doing: str) -> T:
-        import botocore.exceptions as bx
-
-        try:
-            return await self._call(fn)
-        except bx.ClientError as e:
-            code = e.response.get("Error", {}).get("Code", "")
-            raise ProviderError(NAME, f"EC2 error {code} {doing}") from None
-
     async def _described(self, region: str, ids: Sequence[str]) -> list[dict[str, Any]]:
         ec2 = self.client(region)
         filters = [{"Name": "volume-id", "Values": list(ids)}]  # unknown ids: no error
-        resp = await self._ebs(
+        resp = await self._api(
             functools.partial(ec2.describe_volumes, Filters=filters), "reading volumes"
         )
         return list(resp["Volumes"])
@@ -115,7 +110,7 @@ class EBSVolumes(ProviderWithVolumes):
                 }
             ],
         )
-        raw = await self._ebs(create, f"creating volume {spec.name} in {zone}")
+        raw = await self._api(create, f"creating volume {spec.name} in {zone}")
         return self._volume(raw, region, external=False)
 
     async def refresh_volumes(self, volumes: Sequence[Volume]) -> list[Volume]:
@@ -141,7 +136,7 @@ class EBSVolumes(ProviderWithVolumes):
             await self._detach(volume, instance_id)
         await self.wait_for_volume(volume, lambda v: not v.attached_to, "detached")
         ec2 = self.client(volume.region)
-        await self._ebs(
+        await self._api(
             functools.partial(ec2.delete_volume, VolumeId=volume.id), f"deleting {volume.id}"
         )
 
@@ -152,7 +147,7 @@ class EBSVolumes(ProviderWithVolumes):
             raise ProviderError(NAME, f"volume {volume.id} no longer exists")
         current = found[0]
         ec2 = self.client(volume.region)
-        resp = await self._ebs(
+        resp = await self._api(
             functools.partial(ec2.describe_instances, InstanceIds=[instance.id]),
             f"reading {instance.id}",
         )
@@ -177,7 +172,7 @@ class EBSVolumes(ProviderWithVolumes):
         attach = functools.partial(
             ec2.attach_volume, VolumeId=volume.id, InstanceId=instance.id, Device=device
         )
-        await self._ebs(attach, f"attaching {volume.id} to {instance.id}")
+        await self._api(attach, f"attaching {volume.id} to {instance.id}")
         await self.wait_for_volume(volume, lambda v: instance.id in v.attached_to, "attached")
         return device
 

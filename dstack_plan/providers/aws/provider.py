@@ -122,14 +122,14 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
         except bx.BotoCoreError as e:
             raise ProviderError(NAME, f"cannot reach EC2: {type(e).__name__}") from None
 
-    async def _api(self, fn: Callable[[], T]) -> T:
-        """`_call`, with any ClientError a ProviderError naming its code."""
+    async def _api(self, fn: Callable[[], T], doing: str = "") -> T:
+        """`_call`, with any ClientError a ProviderError naming its code (and `doing`)."""
         import botocore.exceptions as bx
 
         try:
             return await self._call(fn)
         except bx.ClientError as e:
-            raise ProviderError(NAME, f"EC2 error {_code(e)}") from None
+            raise ProviderError(NAME, f"EC2 error {_code(e)} {doing}".rstrip()) from None
 
     def _tags(self, fleet: str, n: int) -> list[dict[str, str]]:
         tags = {

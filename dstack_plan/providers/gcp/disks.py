@@ -42,20 +42,16 @@ class PersistentDisks(ProviderWithVolumes):
         """A blocking SDK call off the loop (GCPProvider's)."""
 
     @abstractmethod
+    async def _api(self, fn: Callable[[], T], doing: str) -> T:
+        """`_call` with API errors ProviderErrors saying what failed (GCPProvider's)."""
+
+    @abstractmethod
     async def _wait(self, op: Any, zone: str | None) -> Any:
         """An operation once done (GCPProvider's)."""
 
     @abstractmethod
     def _labels(self, fleet: str | None) -> dict[str, str]:
         """The project's (and lineage's) labels (GCPProvider's)."""
-
-    async def _disk_call(self, fn: Callable[[], T], doing: str) -> T:
-        from google.api_core import exceptions as gex
-
-        try:
-            return await self._call(fn)
-        except gex.GoogleAPICallError as e:
-            raise ProviderError(NAME, f"Compute Engine error {e.code} {doing}") from None
 
     def _volume(self, raw: Any, zone: str, external: bool, region: str) -> Volume | None:
         status = _STATUS.get(raw.status, "failed" if raw.status == "FAILED" else None)
@@ -125,7 +121,7 @@ class PersistentDisks(ProviderWithVolumes):
         insert = functools.partial(
             disks.insert_unary, project=self.config.project_id, zone=zone, disk_resource=disk
         )
-        op = await self._disk_call(insert, f"creating disk {name} in {zone}")
+        op = await self._api(insert, f"creating disk {name} in {zone}")
         op = await self._wait(op, zone)
         if op.error and op.error.errors:
             raise ProviderError(NAME, f"{op.error.errors[0].code} creating disk {name}")
@@ -178,7 +174,7 @@ class PersistentDisks(ProviderWithVolumes):
             raise ProviderError(NAME, f"volume {volume.id} no longer exists")
         current = found[0]
         zone, _, disk_name = volume.id.partition("/")
-        device = f"dstack-{disk_name}"[:63]
+        device = _device(volume)
         if instance.id in current.attached_to:
             return f"/dev/disk/by-id/google-{device}"
         instance_zone, _, instance_name = instance.id.partition("/")
@@ -199,7 +195,7 @@ class PersistentDisks(ProviderWithVolumes):
             instance=instance_name,
             attached_disk_resource=compute_v1.AttachedDisk(source=source, device_name=device),
         )
-        op = await self._disk_call(attach, f"attaching {volume.id} to {instance.id}")
+        op = await self._api(attach, f"attaching {volume.id} to {instance.id}")
         await self._wait(op, zone)
         await self.wait_for_volume(volume, lambda v: instance.id in v.attached_to, "attached")
         return f"/dev/disk/by-id/google-{device}"
@@ -212,7 +208,7 @@ class PersistentDisks(ProviderWithVolumes):
         from google.api_core import exceptions as gex
 
         zone, _, instance_name = instance_id.partition("/")
-        device = f"dstack-{volume.id.partition('/')[2]}"[:63]
+        device = _device(volume)
         instances = self.client("Instances")
         detach = functools.partial(
             instances.detach_disk_unary,
@@ -229,3 +225,8 @@ class PersistentDisks(ProviderWithVolumes):
             raise ProviderError(
                 NAME, f"Compute Engine error {e.code} detaching {volume.id}"
             ) from None
+
+
+def _device(volume: Volume) -> str:
+    """The device name a volume is attached as (`/dev/disk/by-id/google-THAT`)."""
+    return f"dstack-{volume.id.partition('/')[2]}"[:63]

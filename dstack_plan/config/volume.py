@@ -12,7 +12,7 @@ from dstack_plan.config.units import IdleDuration, Memory
 
 class VolumeSpec(ResourceSpec):
     type: Literal["volume"] = "volume"
-    backend: Literal["aws", "gcp", "runpod", "kubernetes", "local"]
+    backend: Literal["aws", "gcp", "azure", "runpod", "kubernetes", "local"]
     region: str | None = None
     availability_zone: str | None = None
     size: Memory | None = None

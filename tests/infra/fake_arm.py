@@ -7,8 +7,11 @@ Azure creates asynchronously (VMs, virtual networks, security groups) answer wit
 `Azure-AsyncOperation` URL on this server whose status is `InProgress` once, then `Succeeded`
 (or `Failed` with an injected error). A VM also brings what Azure makes of its inline network
 configuration (a NIC with a private address, a public IP from `addresses`) and an OS disk, and
-deleting it deletes them. The Compute SKU list is the catalogue's sizes in every region, less
-what a test removes from `skus`.
+deleting it deletes them. Managed disks (`Microsoft.Compute/disks`) are created and deleted with
+operations too; the `dataDisks` of a VM's PUT or PATCH attach and detach them (the disk's
+`managedBy` names the VM), a disk attached elsewhere or missing is refused, and so is deleting
+an attached disk; deleting a VM detaches its data disks. The Compute SKU list is the
+catalogue's sizes in every region, less what a test removes from `skus`.
 
 Serve it with `RestServer(app, tls=self_signed_cert(directory))`: the clients refuse bearer tokens
 over plain HTTP. `GET /msi/token` is an App Service managed-identity endpoint, so that
@@ -32,6 +35,7 @@ TOKEN = "fake-arm-token"
 LRO_TYPES = frozenset(
     {
         "microsoft.compute/virtualmachines",
+        "microsoft.compute/disks",
         "microsoft.network/virtualnetworks",
         "microsoft.network/networksecuritygroups",
     }
@@ -46,7 +50,8 @@ _SKUS = re.compile(r"^/subscriptions/([^/]+)/providers/microsoft\.compute/skus$"
 _LOCATION = re.compile(r"location eq '([^']+)'", re.I)
 
 Failure = tuple[int | Literal["lro"], str]
-"""An HTTP status to answer a VM's PUT with, or "lro" to fail its operation; and the code."""
+"""An HTTP status to answer a VM's (or disk's) PUT with, or "lro" to fail its operation; and
+the code."""
 
 
 def _catalogue_skus() -> dict[str, list[str]]:
@@ -80,6 +85,11 @@ class FakeARM(RestApp):
         """VM size: how many VMs of it may exist; one more is refused as over quota."""
         self.addresses: list[str] = []
         """Public addresses handed to VMs in order; 127.0.0.1 once empty."""
+        self.disk_failure: Failure | None = None
+        """What every disk PUT meets while set."""
+        self.disk_quota: int | None = None
+        """How many managed disks (OS disks aside) may exist; one more is refused as over
+        quota."""
         self._ops = itertools.count(1)
         self._private = itertools.count(4)
 
@@ -88,6 +98,11 @@ class FakeARM(RestApp):
     def vms(self) -> list[dict[str, Any]]:
         with self.lock:
             return [r for k, r in self.resources.items() if _type_of(k) in _VM]
+
+    def disks(self) -> list[dict[str, Any]]:
+        """The managed disks, OS disks aside."""
+        with self.lock:
+            return [r for k, r in self.resources.items() if _is_data_disk(k)]
 
     def vm_puts(self) -> list[dict[str, Any]]:
         """The bodies of every VM PUT, oldest first."""
@@ -214,9 +229,14 @@ class FakeARM(RestApp):
         key = path.lower().removesuffix("/instanceview")
         if request.method == "PUT":
             return self._put(request, key)
+        if request.method == "PATCH":
+            return self._patch(request, key)
         if request.method == "DELETE":
             if key not in self.resources:
                 return Reply(204)
+            owner = self.resources[key].get("managedBy")
+            if owner:
+                return _error(409, "OperationNotAllowed", f"Disk is attached to VM {owner}.")
             self._delete(key)
             if _type_of(key) in LRO_TYPES:
                 op = self._new_op(key, done=True)
@@ -239,8 +259,17 @@ class FakeARM(RestApp):
         props = dict(body.get("properties") or {})
         size = props.get("hardwareProfile", {}).get("vmSize", "")
         status, code = self.fail_sizes.get(size, (None, "")) if kind in _VM else (None, "")
+        if kind in _DISK:
+            status, code = self.disk_failure or (None, "")
         if isinstance(status, int):
-            return _error(status, code, f"injected {code} for {size}")
+            return _error(status, code, f"injected {code} for {size or name}")
+        if kind in _DISK and key not in self.resources and self.disk_quota is not None:
+            if len(self.disks()) >= self.disk_quota:
+                message = (
+                    "Operation results in exceeding quota limits of Disks. Maximum allowed: "
+                    f"{self.disk_quota}, Current in use: {len(self.disks())}."
+                )
+                return _error(409, "OperationNotAllowed", message)
         if kind in _VM and key not in self.resources and size in self.quota:
             used = sum(
                 1 for v in self.vms() if v["properties"]["hardwareProfile"]["vmSize"] == size
@@ -251,17 +280,82 @@ class FakeARM(RestApp):
                     f"{size} Cores quota."
                 )
                 return _error(409, "OperationNotAllowed", message)
-        _add_child_ids(request.path.rstrip("/"), props)
-        props["provisioningState"] = "Creating" if kind in LRO_TYPES else "Succeeded"
-        body.update(id=request.path.rstrip("/"), name=name, properties=props)
         created = key not in self.resources
+        refused = self._check_data_disks(key, props) if kind in _VM else None
+        if refused is not None:
+            return refused
+        _add_child_ids(request.path.rstrip("/"), props)
+        state = "Creating" if created else "Updating"
+        props["provisioningState"] = state if kind in LRO_TYPES else "Succeeded"
+        if kind in _DISK:
+            kept = self.resources.get(key, {})
+            props["diskState"] = kept.get("properties", {}).get("diskState", "Unattached")
+            if kept.get("managedBy"):
+                body["managedBy"] = kept["managedBy"]
+        body.update(id=request.path.rstrip("/"), name=name, properties=props)
         self.resources[key] = body
         if kind in _VM:
-            self._vm_side_effects(key, request.path.rstrip("/"), body)
+            if created:  # an update keeps the NICs, addresses and disk it has
+                self._vm_side_effects(key, request.path.rstrip("/"), body)
+            self._sync_data_disks(key, body)
         if kind not in LRO_TYPES:
             return Reply(201 if created else 200, body)
         op = self._new_op(key, error=code if status == "lro" else None)
-        return Reply(201 if created else 200, body, {"Azure-AsyncOperation": op, **_retry()})
+        # a disk's PUT is accepted (202), as Azure and its SDK have it
+        answer = 202 if kind in _DISK and created else 201 if created else 200
+        return Reply(answer, body, {"Azure-AsyncOperation": op, **_retry()})
+
+    def _patch(self, request: Request, key: str) -> Reply:
+        """A merge patch of a VM (objects merge, lists are replaced), as its update."""
+        res = self.resources.get(key)
+        if res is None or _type_of(key) not in _VM:
+            name = request.path.rstrip("/").rsplit("/", 1)[1]
+            return _error(404, "ResourceNotFound", f"The Resource '{name}' was not found.")
+        merged = copy.deepcopy(res)
+        _merge(merged, request.body or {})
+        refused = self._check_data_disks(key, merged["properties"])
+        if refused is not None:
+            return refused
+        merged["properties"]["provisioningState"] = "Updating"
+        self.resources[key] = merged
+        self._sync_data_disks(key, merged)
+        op = self._new_op(key)
+        return Reply(200, merged, {"Azure-AsyncOperation": op, **_retry()})
+
+    def _check_data_disks(self, vm_key: str, props: dict[str, Any]) -> Reply | None:
+        """Azure's refusal of a VM's data disks: a missing disk, one attached to another VM,
+        or two at one LUN."""
+        luns: set[int] = set()
+        for data_disk in props.get("storageProfile", {}).get("dataDisks", []):
+            disk_id = str(data_disk.get("managedDisk", {}).get("id", ""))
+            disk = self.resources.get(disk_id.lower())
+            if disk is None:
+                return _error(404, "NotFound", f"Disk {disk_id} not found.")
+            owner = str(disk.get("managedBy") or "")
+            if owner and owner.lower() != vm_key:
+                message = f"Disk {disk['name']} is already attached to VM {owner}."
+                return _error(409, "ConflictingUserInput", message)
+            if data_disk.get("lun") in luns:
+                return _error(400, "InvalidParameter", f"LUN {data_disk['lun']} is taken.")
+            luns.add(data_disk.get("lun"))
+        return None
+
+    def _sync_data_disks(self, vm_key: str, vm: dict[str, Any]) -> None:
+        """The disks' `managedBy` after a VM's update: its data disks' say this VM, those it
+        no longer lists say nothing."""
+        wanted = {
+            str(d.get("managedDisk", {}).get("id", "")).lower()
+            for d in vm["properties"].get("storageProfile", {}).get("dataDisks", [])
+        }
+        for key, disk in self.resources.items():
+            if not _is_data_disk(key):
+                continue
+            if key in wanted:
+                disk["managedBy"] = vm["id"]
+                disk["properties"]["diskState"] = "Attached"
+            elif str(disk.get("managedBy") or "").lower() == vm_key:
+                disk.pop("managedBy", None)
+                disk["properties"]["diskState"] = "Unattached"
 
     def _vm_side_effects(self, key: str, path: str, vm: dict[str, Any]) -> None:
         """What Azure makes of a VM's inline network configuration, and its OS disk."""
@@ -299,10 +393,12 @@ class FakeARM(RestApp):
         self.children[key] = kids
 
     def _delete(self, key: str) -> None:
-        self.resources.pop(key, None)
+        res = self.resources.pop(key, None)
         self.power.pop(key, None)
         for kid in self.children.pop(key, []):
             self.resources.pop(kid, None)
+        if res is not None and _type_of(key) in _VM:  # its data disks stay, detached
+            self._sync_data_disks(key, {"id": res["id"], "properties": {}})
 
     def _new_op(self, key: str, *, error: str | None = None, done: bool = False) -> str:
         op_id = str(next(self._ops))
@@ -324,6 +420,7 @@ class FakeARM(RestApp):
 
 
 _VM = frozenset({"microsoft.compute/virtualmachines"})
+_DISK = frozenset({"microsoft.compute/disks"})
 
 
 def _type_of(key: str) -> str:
@@ -333,6 +430,18 @@ def _type_of(key: str) -> str:
 
 def _is_vm(key: str, res: dict[str, Any], name: str) -> bool:
     return _type_of(key) in _VM and res.get("name") == name
+
+
+def _is_data_disk(key: str) -> bool:
+    return _type_of(key) in _DISK and not key.endswith("_osdisk")
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for field, value in patch.items():
+        if isinstance(value, dict) and isinstance(into.get(field), dict):
+            _merge(into[field], value)
+        else:
+            into[field] = copy.deepcopy(value)
 
 
 def _add_child_ids(parent: str, props: dict[str, Any]) -> None:

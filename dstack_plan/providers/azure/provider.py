@@ -8,7 +8,7 @@ machines keeps them. Each VM declares its NIC and public IP inline with `deleteO
 so deleting the VM deletes them and its OS disk too. The SDKs are imported only inside methods
 (constructing the provider does no I/O) and their calls block, so they run in
 `asyncio.to_thread`. The agent is installed over SSH afterwards, as for SSH fleets; the custom
-data only makes sure docker runs.
+data only makes sure docker runs. Volumes are managed disks (`disks.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
+from dstack_plan.providers.azure.disks import ManagedDisks
 from dstack_plan.providers.base import Instance, Offer
 from dstack_plan.providers.capabilities import ProviderWithPrices, ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
@@ -96,8 +97,9 @@ def _model(cls: Callable[..., T], **fields: Any) -> T:
     return cls(**fields)
 
 
-class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices):
-    """Azure VMs tagged with this project (and lineage), in one resource group."""
+class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, ManagedDisks):
+    """Azure VMs (and managed disks) tagged with this project (and lineage), in one resource
+    group."""
 
     name = NAME
     config: AzureBackend | None

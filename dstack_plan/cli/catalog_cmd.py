@@ -21,7 +21,7 @@ app = typer.Typer(
 def refresh(
     directory: Path = common.DirArg,
     backend: str = typer.Option(
-        None, "--backend", help="Only this backend of .dstack/backends.yml (aws)."
+        None, "--backend", help="Only this backend of .dstack/backends.yml (aws, gcp, azure)."
     ),
     region: list[str] = typer.Option(
         [], "--region", help="Only these regions (repeatable); default: the catalogue's."
@@ -31,7 +31,8 @@ def refresh(
     """Price the catalogue of each configured cloud backend from its pricing APIs.
 
     AWS needs credentials (the Price List API and EC2's spot price history); Azure reads the
-    public Retail Prices API; GCP has no refresh yet.
+    public Retail Prices API; GCP composes each type's price from the Cloud Billing Catalog
+    API's core, memory and GPU SKUs (with the backend's credentials).
     The catalogue's machine types stay; each (type, region) the APIs price gets today's
     on-demand and spot price, the others keep theirs. The result goes to
     .dstack/catalog/PROVIDER.json, which plans and `dstack offer` then read instead of the

@@ -85,6 +85,9 @@ class GCPBackend(Strict):
     endpoint: str | None = None
     """The Compute Engine API's base URL; None: https://compute.googleapis.com. Set it to
     reach the API through Private Service Connect."""
+    billing_endpoint: str | None = None
+    """The Cloud Billing API's base URL `dstack catalog refresh` reads prices from; None:
+    https://cloudbilling.googleapis.com (a mirror or proxy goes here)."""
     public_ips: bool = True
     """Reach instances on their public address; False: on their private one."""
     ssh_user: str = Field(default="ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")

@@ -68,6 +68,9 @@ class Instance(_Frozen):
     fleet: str
     hostname: str
     region: str = "local"
+    zone: str | None = None
+    """The availability zone it runs in (a network volume attaches only there); None where
+    the provider has no zones or does not say."""
     resources: MachineResources | None = None
     """None while not known: a partial instance, as `create_instances` or
     `implicit_instances` return it before `refresh` completes it."""

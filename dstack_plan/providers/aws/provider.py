@@ -315,6 +315,7 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
                     fleet=fleet,
                     hostname=self._hostname(inst),
                     region=region,
+                    zone=_zone(inst),
                     price_per_hour=offer.price_per_hour,
                     status="provisioning",
                 )
@@ -355,6 +356,7 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
             fleet=tags.get("dstack-plan:fleet", ""),
             hostname=self._hostname(inst),
             region=region,
+            zone=_zone(inst),
             resources=item.resources() if item else None,
             price_per_hour=price,
             status=_STATUS[state],  # type: ignore[arg-type]
@@ -425,3 +427,8 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
         """Drop the clients (boto3 holds no connection worth closing explicitly)."""
         self._clients.clear()
         self._session = None
+
+
+def _zone(inst: dict[str, Any]) -> str | None:
+    zone = inst.get("Placement", {}).get("AvailabilityZone")
+    return str(zone) if zone else None

@@ -7,6 +7,8 @@ of its region that has capacity: Compute Engine reports a full zone only when th
 operation ends, so `create_instances` waits for it (seconds) before answering. Labels (GCP's
 tags) carry the project, fleet and lineage; a firewall rule per project opens SSH to the
 instances it targets. The agent is installed over SSH afterwards, as for SSH fleets.
+`dstack catalog refresh` prices the catalogue from the Cloud Billing catalogue
+(`gcp/pricing.py`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.base import Instance, Offer
-from dstack_plan.providers.capabilities import ProviderWithTags
+from dstack_plan.providers.capabilities import ProviderWithPrices, ProviderWithTags
 from dstack_plan.providers.capacity import CapacityError
-from dstack_plan.providers.catalog import ROOT_DISK_GB, catalog_offers
+from dstack_plan.providers.catalog import ROOT_DISK_GB, RegionPrice, catalog_offers
 from dstack_plan.providers.catalogued import CataloguedProvider
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
 from dstack_plan.providers.gcp.disks import PersistentDisks
@@ -91,7 +93,7 @@ def _region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks):
+class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks, ProviderWithPrices):
     """Compute Engine instances labelled with this project (and lineage)."""
 
     name = NAME
@@ -157,17 +159,22 @@ class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks):
         """The REST client `compute_v1.<kind>Client` (`Instances`, `ZoneOperations`...), one
         of each, all with this backend's credentials and endpoint."""
         if kind not in self._clients:
-            from google.api_core.client_options import ClientOptions
             from google.cloud import compute_v1
 
-            options = ClientOptions(api_endpoint=self.config.endpoint)
-            cls = getattr(compute_v1, f"{kind}Client")
-            self._clients[kind] = cls(
-                credentials=self._load_credentials(), transport="rest", client_options=options
+            self._clients[kind] = self._rest_client(
+                getattr(compute_v1, f"{kind}Client"), self.config.endpoint
             )
         return self._clients[kind]
 
-    async def _call(self, fn: Callable[[], T]) -> T:
+    def _rest_client(self, cls: Any, endpoint: str | None) -> Any:
+        """A google-cloud client of class `cls` over REST with this backend's credentials,
+        sent to `endpoint` (None: the library's own)."""
+        from google.api_core.client_options import ClientOptions
+
+        options = ClientOptions(api_endpoint=endpoint)
+        return cls(credentials=self._load_credentials(), transport="rest", client_options=options)
+
+    async def _call(self, fn: Callable[[], T], api: str = "Compute Engine") -> T:
         """Run a blocking SDK call off the loop; credential and network failures become a
         ProviderError (without secrets). API errors pass for the caller to judge."""
         import google.auth.exceptions as gx
@@ -178,16 +185,16 @@ class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks):
         except gx.RefreshError:
             raise ProviderError(NAME, "the GCP credentials were refused") from None
         except (gx.TransportError, requests.ConnectionError, requests.Timeout) as e:
-            raise ProviderError(NAME, f"cannot reach Compute Engine: {type(e).__name__}") from None
+            raise ProviderError(NAME, f"cannot reach {api}: {type(e).__name__}") from None
 
-    async def _api(self, fn: Callable[[], T], doing: str) -> T:
+    async def _api(self, fn: Callable[[], T], doing: str, api: str = "Compute Engine") -> T:
         """`_call`, with any API error a ProviderError saying what failed."""
         from google.api_core import exceptions as gex
 
         try:
-            return await self._call(fn)
+            return await self._call(fn, api)
         except gex.GoogleAPICallError as e:
-            raise ProviderError(NAME, f"Compute Engine error {e.code} {doing}") from None
+            raise ProviderError(NAME, f"{api} error {e.code} {doing}") from None
 
     async def _wait(self, op: Any, zone: str | None) -> Any:
         """The operation `op` once done (zonal, or global when `zone` is None)."""
@@ -406,6 +413,7 @@ class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks):
                         fleet=fleet,
                         hostname="",
                         region=offer.region,
+                        zone=zone,
                         price_per_hour=offer.price_per_hour,
                         status="provisioning",
                     )
@@ -443,6 +451,7 @@ class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks):
             fleet=labels.get("dstack-plan-fleet", ""),
             hostname=hostname,
             region=region,
+            zone=zone,
             resources=item.resources() if item else None,
             price_per_hour=price,
             status=status,  # type: ignore[arg-type]
@@ -526,6 +535,35 @@ class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks):
                 )
             out.append(found)
         return out
+
+    # -- prices
+
+    async def current_prices(
+        self, types: Sequence[str], regions: Sequence[str]
+    ) -> dict[tuple[str, str], RegionPrice]:
+        """Today's on-demand and spot prices of `types` in `regions`, composed from the
+        Compute Engine SKUs of the Cloud Billing Catalog API (`gcp/pricing.py`), for
+        `dstack catalog refresh`."""
+        from dstack_plan.providers.gcp import pricing
+
+        if "billing" not in self._clients:
+            try:
+                from google.cloud import billing_v1
+            except ImportError:  # an install of the `gcp` extra from before it needed it
+                raise ProviderError(
+                    NAME, "install the SDK first: pip install 'dstack-plan[gcp]'"
+                ) from None
+            self._clients["billing"] = self._rest_client(
+                billing_v1.CloudCatalogClient,
+                self.config.billing_endpoint or pricing.BILLING_ENDPOINT,
+            )
+        billing = self._clients["billing"]
+        rates = await self._api(
+            lambda: pricing.list_rates(billing, regions), "listing SKUs", "Cloud Billing"
+        )
+        wanted = set(types)
+        items = [i for i in self.catalog().items if i.instance_type in wanted]
+        return pricing.compose_prices(items, rates, regions)
 
     async def agent(self, instance: Instance) -> AgentClient:
         """Not here: a booted instance is a host of its fleet, reached over SSH like an SSH

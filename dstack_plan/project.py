@@ -23,6 +23,7 @@ from dstack_plan.apply.quota_gate import check_plan
 from dstack_plan.apply.records import for_handler
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.apply.unsupported import UnsupportedHandler
+from dstack_plan.apply.volume_attach import VolumeAttacher
 from dstack_plan.apply.volumes import VolumeHandler
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.config.interpolation import referenced_secrets
@@ -190,7 +191,12 @@ class Project:
     def handlers(self) -> dict[str, ResourceHandler]:
         fleets = self._fleet_handler()
         runs = RunHandler(
-            self.machines, self.secrets, self.deployment, self.code_dir, grow=fleets.grow
+            self.machines,
+            self.secrets,
+            self.deployment,
+            self.code_dir,
+            grow=fleets.grow,
+            volumes=VolumeAttacher(self.clouds),
         )
         unsupported = UnsupportedHandler()
         return {
@@ -549,8 +555,13 @@ class Project:
         deployment = str(self.deployment)
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
+            from dstack_plan.apply.volume_mounts import volume_sites
+            from dstack_plan.config.volume import VolumeSpec
+
+            declared = [r.spec for r in self.load().of_kind("volume")]
+            volumes = volume_sites(state, (v for v in declared if isinstance(v, VolumeSpec)))
             return place_on_fleet(
-                runs, load.candidates, load.busy, deployment, load.labels, load.bandwidth
+                runs, load.candidates, load.busy, deployment, load.labels, load.bandwidth, volumes
             )
         note = f"pending: no host of fleet {fleet!r} can take jobs now ({load.why_none()})"
         provider = "ssh" if fleet != LOCAL_FLEET else LOCAL_PROVIDER

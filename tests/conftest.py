@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,17 @@ def gcp():
     server = RestServer(app)
     yield app
     server.stop()
+
+
+@pytest.fixture
+def blank_disk(tmp_path: Path) -> Iterator[str]:
+    """A blank block device (a loop device), as a freshly attached cloud disk is; skips (or
+    fails under DSTACK_PLAN_REQUIRE_DOCKER=1, as the tests that mount it need Docker too)
+    where loop devices cannot be made."""
+    from tests.infra.loop_devices import LoopUnavailable, loop_device
+
+    try:
+        with loop_device(tmp_path / "disk.img") as device:
+            yield device
+    except LoopUnavailable as e:
+        require("DSTACK_PLAN_REQUIRE_DOCKER", f"no loop devices here: {e}")

@@ -82,6 +82,18 @@ class VolumeMount(BaseModel):
     read_only: bool = False
 
 
+class DiskMount(BaseModel):
+    """A network disk attached to the machine, mounted into the job's container."""
+
+    model_config = _REQUEST
+    name: str
+    """The volume's name."""
+    devices: list[str]
+    """Where the disk may appear on the machine, most specific first."""
+    container_path: str
+    read_only: bool = False
+
+
 class RegistryCredentials(BaseModel):
     """Credentials for pulling a job's image from a private registry; both are secret."""
 
@@ -118,6 +130,7 @@ class JobSpec(BaseModel):
     shm_size: int | None = None
     """Bytes."""
     volumes: list[VolumeMount] = []
+    disks: list[DiskMount] = []
     network_mode: Literal["host", "bridge"] = "host"
     labels: dict[str, str] = {}
     privileged: bool = False
@@ -159,8 +172,11 @@ class JobSpec(BaseModel):
         """The JSON body for `POST /jobs`: secret values unwrapped (env ones named in
         secret_env), registry credentials (if any) in clear."""
         data = self.model_dump(
-            mode="json", exclude={"env", "secret_env", "registry_auth", "code", "gpu_share"}
+            mode="json",
+            exclude={"env", "secret_env", "registry_auth", "code", "gpu_share", "disks"},
         )
+        if self.disks:  # left out when none, so agents that predate the field accept the rest
+            data["disks"] = [d.model_dump(mode="json") for d in self.disks]
         if self.code is not None:  # left out when unset, as registry_auth below
             data["code"] = self.code
         if self.gpu_share is not None:

@@ -49,6 +49,18 @@ class VolumeSpec:
 
 
 @dataclass(frozen=True)
+class DiskSpec:
+    """A network disk the controller attached to this machine, mounted into the container."""
+
+    name: str
+    """The volume's name (what messages call it)."""
+    devices: tuple[str, ...]
+    """Where it may appear, most specific first (`/dev/disk/by-id/...`, then `/dev/sdf`)."""
+    container_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
 class RegistryAuth:
     """Credentials for pulling the job's image from a private registry (never printed)."""
 
@@ -86,6 +98,7 @@ class JobSpec:
     memory: int | None = None
     shm_size: int | None = None
     volumes: tuple[VolumeSpec, ...] = ()
+    disks: tuple[DiskSpec, ...] = ()
     network_mode: str = "host"
     labels: dict[str, str] = field(default_factory=dict)
     privileged: bool = False
@@ -112,6 +125,7 @@ class JobSpec:
         # Left out when unset, as older agents wrote their records.
         code = {} if self.code is None else {"code": self.code}
         share = {} if self.gpu_share is None else {"gpu_share": self.gpu_share}
+        disks = {"disks": [_disk_dict(d) for d in self.disks]} if self.disks else {}
         return {
             "id": self.id,
             "run_name": self.run_name,
@@ -139,6 +153,7 @@ class JobSpec:
                 }
                 for v in self.volumes
             ],
+            **disks,
             "network_mode": self.network_mode,
             "labels": dict(self.labels),
             "privileged": self.privileged,
@@ -293,6 +308,7 @@ def parse_job_spec(data: Any) -> JobSpec:
     if data.get("shm_size") is not None:
         shm_size = c.integer("shm_size", data["shm_size"], 1, 2**62)
     volumes = _check_volumes(c)
+    disks = _check_disks(c)
     network_mode = data.get("network_mode", "host")
     if network_mode not in NETWORK_MODES:
         c.bad("network_mode", f"must be one of {', '.join(NETWORK_MODES)}, got {network_mode!r}")
@@ -307,6 +323,8 @@ def parse_job_spec(data: Any) -> JobSpec:
 
     if image is None:
         _check_process_only(c, commands, entrypoint, volumes, privileged, network_mode)
+        if disks:
+            c.bad("disks", "need an image (the process runtime cannot mount)")
         if registry_auth is not None:
             c.bad("registry_auth", "needs an image to pull")
     elif working_dir is not None and not working_dir.startswith("/"):
@@ -332,6 +350,7 @@ def parse_job_spec(data: Any) -> JobSpec:
         memory=memory,
         shm_size=shm_size,
         volumes=tuple(volumes),
+        disks=tuple(disks),
         network_mode=network_mode,
         labels=labels,
         privileged=privileged,
@@ -468,6 +487,49 @@ def _check_volumes(c: _Checker) -> list[VolumeSpec]:
         if host and target and host.startswith("/") and target.startswith("/"):
             volumes.append(VolumeSpec(host, target, read_only is True))
     return volumes
+
+
+_DISK_KEYS = frozenset({"name", "devices", "container_path", "read_only"})
+
+
+def _check_disks(c: _Checker) -> list[DiskSpec]:
+    raw = c.data.get("disks", [])
+    if not isinstance(raw, list):
+        c.bad("disks", f"must be a list, not {_kind(raw)}")
+        return []
+    disks: list[DiskSpec] = []
+    for i, item in enumerate(raw):
+        where = f"disks[{i}]"
+        if not isinstance(item, dict) or set(item) - _DISK_KEYS:
+            c.bad(where, "must be {name, devices, container_path, read_only}")
+            continue
+        name = c.string(f"{where}.name", item.get("name"))
+        target = c.string(f"{where}.container_path", item.get("container_path"))
+        devices = item.get("devices")
+        if (
+            not isinstance(devices, list)
+            or not devices
+            or not all(isinstance(d, str) and d.startswith("/dev/") for d in devices)
+        ):
+            c.bad(f"{where}.devices", "must be a non-empty list of /dev/ paths")
+            continue
+        read_only = item.get("read_only", False)
+        if not isinstance(read_only, bool):
+            c.bad(f"{where}.read_only", f"must be true or false, not {_kind(read_only)}")
+        if target is not None and (not target.startswith("/") or target == "/"):
+            c.bad(f"{where}.container_path", "must be an absolute path other than /")
+        elif name and target:
+            disks.append(DiskSpec(name, tuple(devices), target, read_only is True))
+    return disks
+
+
+def _disk_dict(disk: DiskSpec) -> dict[str, Any]:
+    return {
+        "name": disk.name,
+        "devices": list(disk.devices),
+        "container_path": disk.container_path,
+        "read_only": disk.read_only,
+    }
 
 
 def _check_labels(c: _Checker) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dstack_plan.apply.fleet_records import FleetRecord
+from dstack_plan.config.labels import ZONE
 from dstack_plan.providers.base import Instance, Offer
 from dstack_plan.state.model import ResourceState
 
@@ -33,6 +34,8 @@ class CloudInstance(BaseModel):
     provider: str
     name: str
     region: str
+    zone: str | None = None
+    """Its availability zone, once the provider said (the network volumes it may mount)."""
     instance_type: str
     spot: bool = False
     price_per_hour: float = 0.0
@@ -54,6 +57,7 @@ class CloudInstance(BaseModel):
             provider=instance.provider,
             name=instance.name,
             region=instance.region,
+            zone=instance.zone,
             instance_type=offer.instance_type,
             spot=offer.spot,
             price_per_hour=offer.price_per_hour,
@@ -71,13 +75,18 @@ class CloudInstance(BaseModel):
             fleet=fleet,
             hostname=self.hostname,
             region=self.region,
+            zone=self.zone,
             price_per_hour=self.price_per_hour,
         )
 
     def seen(self, now: Instance) -> CloudInstance:
         """This record with what the provider says of it now."""
         return self.model_copy(
-            update={"hostname": now.hostname or self.hostname, "status": now.status}
+            update={
+                "hostname": now.hostname or self.hostname,
+                "zone": now.zone or self.zone,
+                "status": now.status,
+            }
         )
 
 
@@ -126,6 +135,11 @@ def hosts_of(record: CloudFleetRecord, hosts: FleetRecord) -> FleetRecord:
     names = {i.hostname for i in record.instances if i.hostname}
     kept = tuple(h for h in hosts.hosts if h.name in names)
     return hosts.model_copy(update={"hosts": kept}).with_bandwidth_of(hosts)
+
+
+def cloud_host_labels(record: CloudFleetRecord) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The built-in labels of a cloud fleet's booted machines, by host name: `zone`."""
+    return {i.hostname: {ZONE: (i.zone,)} for i in record.instances if i.hostname and i.zone}
 
 
 def cloud_ssh_config(record: CloudFleetRecord) -> SSHConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import NamedTuple
 
+from dstack_plan.apply.fleet_kinds import is_cloud_fleet
 from dstack_plan.apply.fleet_records import FleetRecord, host_labels
 from dstack_plan.apply.host_load import BusyJob, busy_jobs
 from dstack_plan.apply.machines import FleetMachines, Machine
@@ -18,7 +19,7 @@ from dstack_plan.errors import DstackPlanError
 from dstack_plan.providers.local import LOCAL_FLEET
 from dstack_plan.scheduler.labels import Labels, machine_labels
 from dstack_plan.scheduler.placement import Candidate
-from dstack_plan.state.model import State
+from dstack_plan.state.model import ResourceState, State
 
 
 class FleetLoad(NamedTuple):
@@ -64,7 +65,7 @@ async def fleet_load(
     answering: dict[str, Machine] = {}
     labels: dict[str, Labels] = {}
     entry = state.get(f"fleet.{fleet}") if fleet != LOCAL_FLEET else None
-    given = host_labels(entry) if entry is not None and entry.provider == "ssh" else {}
+    given = _given_labels(entry)
     measured = FleetRecord.of(entry).bandwidth if entry is not None else None
     bandwidth = measured.matrix() if measured is not None else {}
     for machine, jobs in await asyncio.gather(*(listing(m) for m in usable)):
@@ -79,3 +80,15 @@ async def fleet_load(
         answering[machine.host] = machine
         labels[machine.host] = machine_labels(machine.resources, given.get(machine.host, {}))
     return FleetLoad(candidates, busy, problems, answering, labels, bandwidth)
+
+
+def _given_labels(entry: ResourceState | None) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The labels each host carries besides `gpu.model`: an SSH fleet's host entries', a
+    cloud fleet's zones."""
+    if entry is None:
+        return {}
+    if is_cloud_fleet(entry):
+        from dstack_plan.apply.cloud_records import CloudFleetRecord, cloud_host_labels
+
+        return cloud_host_labels(CloudFleetRecord.of(entry))
+    return host_labels(entry) if entry.provider == "ssh" else {}

@@ -10,10 +10,10 @@ addresses of the machines its nodes were placed on, in node order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from dstack_plan.agent.api_models import JobInfo, JobStatus
+from dstack_plan.agent.api_models import DiskMount, JobInfo, JobStatus
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.apply.code_archive import CodeArchive
 from dstack_plan.apply.code_upload import ensure_code
@@ -53,6 +53,8 @@ class RunSubmission(NamedTuple):
     secrets: SecretStore
     code: CodeArchive | None = None
     """The run's local files, uploaded once to each machine that gets a job."""
+    disks: Mapping[JobSlot, Sequence[DiskMount]] = {}
+    """The network volumes attached for each job, by slot (`apply/volume_attach.py`)."""
 
 
 async def submit_jobs(
@@ -85,6 +87,7 @@ async def submit_jobs(
             ctx.run_args,
             code=code.sha256 if code else None,
             host_gpus=job.machine.resources.gpus if job.machine.resources else (),
+            disks=run.disks.get(job.slot, ()),
         )
         ctx.progress(address, f"submitting job {spec.id} to {job.machine.host}")
         info = await agents[job.machine.host].submit(spec)

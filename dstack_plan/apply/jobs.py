@@ -9,7 +9,13 @@ from typing import Literal, NamedTuple
 
 from pydantic import SecretStr
 
-from dstack_plan.agent.api_models import JobSpec, PortMapping, RegistryCredentials, VolumeMount
+from dstack_plan.agent.api_models import (
+    DiskMount,
+    JobSpec,
+    PortMapping,
+    RegistryCredentials,
+    VolumeMount,
+)
 from dstack_plan.config import interpolation
 from dstack_plan.config.ranges import CountRange
 from dstack_plan.config.run_fields import InstanceVolumeMount, RegistryAuth
@@ -94,10 +100,12 @@ def build_job(
     environ: Mapping[str, str] | None = None,
     code: str | None = None,
     host_gpus: Sequence[GPU] = (),
+    disks: Sequence[DiskMount] = (),
 ) -> JobSpec:
     """The agent's job spec for one slot; secret values travel as SecretStr, never logged.
     `code`: the sha256 of the run's code archive, uploaded to the job's agent beforehand;
-    `host_gpus`: the GPUs of its machine (how many a `total_memory` takes depends on them)."""
+    `host_gpus`: the GPUs of its machine (how many a `total_memory` takes depends on them);
+    `disks`: the network volumes attached to its machine for it."""
     environ = os.environ if environ is None else environ
     values = {
         "run": {"args": run_args, "name": ctx.run_name},
@@ -136,6 +144,7 @@ def build_job(
             for v in spec.volumes
             if isinstance(v, InstanceVolumeMount)
         ],
+        disks=list(disks),
         network_mode=network_mode(spec),
         labels={
             "deployment": ctx.deployment,

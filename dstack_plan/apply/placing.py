@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 from dstack_plan.apply.host_load import BusyJob
 from dstack_plan.apply.jobs import job_demands
-from dstack_plan.config.run_fields import NetworkVolumeMount
+from dstack_plan.apply.volume_mounts import VolumeSite, volume_needs
+from dstack_plan.config.labels import ZONE
 from dstack_plan.config.runs import RunSpec, TaskSpec
 from dstack_plan.plan.model import Placement
 from dstack_plan.scheduler.labels import Labels, Wants, choose
@@ -54,12 +55,15 @@ def place_on_fleet(
     deployment: str | None,
     labels: Mapping[str, Labels] | None = None,
     bandwidth: Mapping[tuple[str, str], float] | None = None,
+    volumes: Mapping[str, VolumeSite] | None = None,
 ) -> FleetPlacements:
     """Placements for `runs` on one fleet's `hosts` (at least one; ties between equally good
     hosts go by host name), given the jobs `busy` on each now, by host name. The jobs of
     `deployment`, this project's state, are told apart by run name: a run's own jobs do not
     count against it (None: every job counts, as when a scale-up adds to what a run holds).
-    `bandwidth`: the fleet's measured links, (src, dst) -> bytes/s; gangs prefer the best."""
+    `bandwidth`: the fleet's measured links, (src, dst) -> bytes/s; gangs prefer the best.
+    `volumes`: where each network volume is, by name: a run that mounts one goes to a
+    machine in its zone (`apply/volume_mounts.py`)."""
     placements: dict[str, Placement] = {}
     never: dict[str, str] = {}
     planned: dict[str, list[HostJob]] = {h.host: [] for h in hosts}
@@ -74,21 +78,23 @@ def place_on_fleet(
         ]
         demands = job_demands(run.spec, run.replicas)
         distinct = isinstance(run.spec, TaskSpec) and run.spec.node_count() > 1
+        wants = Wants.of(run.spec)
+        needs = volume_needs(run.spec, hosts[0].fleet, hosts[0].provider, volumes or {})
+        if needs.never is not None:
+            placements[run.address] = _placement(hosts, Decision(reason=needs.never))
+            if run.starts:
+                never[run.address] = f"{run.address} cannot run on any fleet: {needs.never}"
+            continue
+        if needs.zone is not None:  # the machine must be where its volumes are
+            wants = wants._replace(required={**wants.required, ZONE: needs.zone})
         decision = choose(  # only hosts with the labels the run requires (`labels`, by host)
             lambda eligible: place(demands, eligible, distinct, bandwidth=bandwidth),  # noqa: B023
             candidates,
-            Wants.of(run.spec),
+            wants,
             labels or {},
         )
         placements[run.address] = _placement(hosts, decision)
         if not run.starts:
-            continue
-        if volume := _network_volume(run.spec):
-            never[run.address] = (
-                f"{run.address} cannot run on any fleet: it mounts the network volume "
-                f"{volume}, and attaching network volumes to runs is not in this version "
-                "(instance volumes, `/host/path:/path`, are)"
-            )
             continue
         if decision.never:
             hint = f"; {PROCESS_PORT_HINT}" if _process_port_clash(run, decision) else ""
@@ -98,14 +104,6 @@ def place_on_fleet(
             for demand, chosen in zip(demands, decision.hosts, strict=True):
                 planned[chosen.host].append(held_by(demand, run.address, chosen.resources.gpus))
     return FleetPlacements(placements, never)
-
-
-def _network_volume(spec: RunSpec) -> str | None:
-    """The name of the first network volume `spec` mounts (None: it mounts none)."""
-    for mount in spec.volumes:
-        if isinstance(mount, NetworkVolumeMount):
-            return mount.name if isinstance(mount.name, str) else ", ".join(mount.name)
-    return None
 
 
 def _order(run: HostRun) -> tuple[bool, int]:

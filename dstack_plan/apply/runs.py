@@ -37,6 +37,8 @@ from dstack_plan.apply.run_health import crash, run_status
 from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.apply.usage import slot_gpus
 from dstack_plan.apply.user import current_user
+from dstack_plan.apply.volume_attach import VolumeAttacher
+from dstack_plan.apply.volume_mounts import run_volume_names, volume_sites
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.quotas import namespace_of
 from dstack_plan.config.runs import RunSpec, ServiceSpec
@@ -71,10 +73,13 @@ class RunHandler(ResourceHandler):
         deployment: str | Deployment,
         code_dir: Callable[[str], Path] = lambda address: Path.cwd(),
         grow: FleetGrower | None = None,
+        volumes: VolumeAttacher | None = None,
     ) -> None:
         self.machines = machines
         self._grow = grow
         """Adds machines to a cloud fleet a run bursts to (`apply/bursting.py`)."""
+        self._volumes = volumes
+        """Attaches the network volumes runs mount (`apply/volume_attach.py`)."""
         self.secrets = secrets
         self._deployment = deployment
         self.code_dir = code_dir
@@ -149,7 +154,7 @@ class RunHandler(ResourceHandler):
             spec, change.name, self.deployment, generation, self.secrets, self._code(change, spec)
         )
         agents = await self._agents(fleet, {m.host for m in machines}, state)
-        jobs = await submit_jobs(run, placed, agents, ctx)
+        jobs = await self._submit(change.address, run, placed, agents, state, ctx)
         gpus = slot_gpus(spec)
         record = RunRecord(
             fleet=fleet,
@@ -196,7 +201,7 @@ class RunHandler(ResourceHandler):
             code = self._code(change, spec)
             run = RunSubmission(spec, change.name, self.deployment, generation, self.secrets, code)
             agents = await self._agents(record.fleet, {m.host for m in machines}, state)
-            added = await submit_jobs(run, placed, agents, ctx)
+            added = await self._submit(change.address, run, placed, agents, state, ctx)
         await self._stop_and_remove(record.fleet, surplus, spec, state, reason=SCALED_DOWN)
         runs = job_spec_hash(change.after) if rolling else None
         gpus = slot_gpus(spec)
@@ -282,8 +287,30 @@ class RunHandler(ResourceHandler):
             ids = sorted(owned & here)
             if ids:
                 await _stop_and_remove(agent, ids, spec)
+        if self._volumes is not None and run_volume_names(spec):
+            # its jobs are gone: the volumes they mounted leave their machines
+            await self._volumes.release(state, excluding={current.address})
 
     # -- helpers -----------------------------------------------------------------------------
+
+    async def _submit(
+        self,
+        address: str,
+        run: RunSubmission,
+        placed: Sequence[PlacedJob],
+        agents: dict[str, AgentClient],
+        state: State,
+        ctx: ApplyContext,
+    ) -> list[Submitted]:
+        """Attach the network volumes the placed jobs mount to their machines, then submit."""
+        if run_volume_names(run.spec):
+            if self._volumes is None:
+                raise ProviderError("volume", "this apply cannot attach volumes", address)
+            disks = await self._volumes.attach(
+                run.spec, placed, state, lambda m: ctx.progress(address, m)
+            )
+            run = run._replace(disks=disks)
+        return await submit_jobs(run, placed, agents, ctx)
 
     def _code(self, change: ResourceChange, spec: RunSpec) -> CodeArchive | None:
         """The run's local files, packed now; refused when they are not what the plan saw
@@ -329,7 +356,13 @@ class RunHandler(ResourceHandler):
         # a scale-up adds to what the run holds: its own jobs count as busy then
         deployment = None if replicas is not None else self.deployment
         placement = place_on_fleet(
-            [run], load.candidates, load.busy, deployment, load.labels, load.bandwidth
+            [run],
+            load.candidates,
+            load.busy,
+            deployment,
+            load.labels,
+            load.bandwidth,
+            volume_sites(state),
         ).placements
         if not placement[address].placed:
             error = NoCapacity if placement[address].pending else ProviderError

@@ -19,6 +19,9 @@ GPU_MODEL = "gpu.model"
 """The label every host has when it has GPUs: their normalised model (`A100`, `RTX4090`)."""
 NEAR = "near"
 """The label a run's `near:` looks for on hosts."""
+ZONE = "zone"
+"""The availability zone a cloud machine runs in: built in on cloud fleets, where a run
+mounting a network volume must go to the volume's zone."""
 
 KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$"
 VALUE_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:/-]{0,61}[A-Za-z0-9])?$"

@@ -95,6 +95,11 @@ class ProviderWithVolumes(ABC):
         """Start detaching `volume` from `instance` and return. Idempotent: a volume not
         attached there returns silently."""
 
+    def device_paths(self, volume: Volume, device: str) -> tuple[str, ...]:
+        """Where the machine may show `volume`, which `attach_volume` reported as `device`,
+        most specific first: the agent takes the first that exists."""
+        return (device,)
+
     async def wait_for_volume(
         self, volume: Volume, ok: Callable[[Volume], bool], what: str, *, timeout: float = 120
     ) -> None:

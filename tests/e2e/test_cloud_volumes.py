@@ -89,7 +89,7 @@ def test_a_registered_volume_is_forgotten_not_deleted(
     assert f"volume vol-00000000 not found in {REGION}" in missing.stdout + missing.stderr
 
 
-def test_a_run_mounting_a_network_volume_is_refused_by_the_plan_not_run_without_it(
+def test_a_run_mounting_a_network_volume_off_its_backend_is_refused_by_the_plan(
     dstack: Dstack, project: Path
 ) -> None:
     (project / "volume.dstack.yml").write_text(VOLUME + "size: 20GB\n")
@@ -98,7 +98,8 @@ def test_a_run_mounting_a_network_volume_is_refused_by_the_plan_not_run_without_
     )
     planned = dstack("plan")
     assert planned.returncode == 1
-    assert "task.train cannot run on any fleet: it mounts the network volume data" in (
-        planned.stderr
-    ), planned.stdout + planned.stderr
+    assert (
+        "task.train cannot run on any fleet: it mounts the aws volume data, which attaches "
+        "only to aws machines, and fleet local is this machine"
+    ) in planned.stderr, planned.stdout + planned.stderr
     assert "Traceback" not in planned.stderr

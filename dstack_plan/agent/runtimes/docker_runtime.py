@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from dstack_plan.agent.blobs import ABS, HOME, WD, BlobStore, UnpackError, repack
+from dstack_plan.agent.disks import DiskError, disk_mount, prepare
 from dstack_plan.agent.dockerlib import DockerEngine
 from dstack_plan.agent.gpushare import MPS, PIPE_DIR_ENV
 from dstack_plan.agent.job import Job
@@ -181,6 +182,7 @@ class DockerRuntime(Runtime):
             docker.types.Mount(v.container_path, v.host_path, type="bind", read_only=v.read_only)
             for v in spec.volumes
         ]
+        mounts += self._disk_mounts(api, job)
         env = dict(spec.env)
         env.update(job.gpu_share_env)  # a shared GPU: DSTACK_GPU_SHARE, MPS limits
         if job.gpu_sharing == MPS:
@@ -220,6 +222,19 @@ class DockerRuntime(Runtime):
             "detach": True,
             "host_config": api.create_host_config(**host),
         }
+
+    def _disk_mounts(self, api: Any, job: Job) -> list[Any]:
+        """The job's network disks, found and formatted if blank (`agent/disks.py`)."""
+        mounts = []
+        for index, disk in enumerate(job.spec.disks):
+            try:
+                device, fstype = prepare(disk)
+            except DiskError as e:
+                raise StartError(CREATING_CONTAINER_ERROR, str(e)) from e
+            name = _disk_volume(job, index)
+            _remove_volume(api, name)  # one left by an earlier try may name another device
+            mounts.append(disk_mount(disk, name, device, fstype))
+        return mounts
 
     def _copy_code(self, api: Any, job: Job, container_id: str) -> None:
         """Put the code archive into the created container: `wd/` in its working dir (the
@@ -396,6 +411,21 @@ class DockerRuntime(Runtime):
         except Exception as e:
             if "No such container" not in str(e):
                 log.warning("job %s: removing the container failed: %s", job.id, _explain(e))
+        for index in range(len(job.spec.disks)):
+            _remove_volume(self._api(), _disk_volume(job, index))
+
+
+def _disk_volume(job: Job, index: int) -> str:
+    """The Docker volume that mounts the job's disk `index`."""
+    return f"{job.container_name}-disk{index}"
+
+
+def _remove_volume(api: Any, name: str) -> None:
+    try:
+        api.remove_volume(name, force=True)
+    except Exception as e:
+        if "no such volume" not in str(e).lower():
+            log.warning("removing the docker volume %s failed: %s", name, _explain(e))
 
 
 def _container_account(api: Any, container_id: str, user: str) -> tuple[int, int, str]:

@@ -140,6 +140,12 @@ class EBSVolumes(ProviderWithVolumes):
             functools.partial(ec2.delete_volume, VolumeId=volume.id), f"deleting {volume.id}"
         )
 
+    def device_paths(self, volume: Volume, device: str) -> tuple[str, ...]:
+        """On Nitro machines an EBS volume is an NVMe disk whose udev link names the volume
+        id; older (Xen) ones show `/dev/sdf` as `/dev/xvdf`."""
+        by_id = f"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{volume.id.replace('-', '')}"
+        return (by_id, device, device.replace("/dev/sd", "/dev/xvd"))
+
     async def attach_volume(self, volume: Volume, instance: Instance) -> str:
         """Attach at the first free device of DEVICES and wait until attached."""
         found = await self.refresh_volumes([volume])

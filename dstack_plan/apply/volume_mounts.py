@@ -80,8 +80,10 @@ def volume_of(entry: ResourceState) -> Volume | None:
     """The volume a `volume.*` state entry records; None before the provider gave an id."""
     if not entry.attributes.get("id"):
         return None
-    try:
-        return Volume.model_validate(entry.attributes)
+    try:  # watch keeps its own notes beside the provider's view (`unused_since`)
+        return Volume.model_validate(
+            {k: v for k, v in entry.attributes.items() if k in Volume.model_fields}
+        )
     except ValidationError:
         return None
 

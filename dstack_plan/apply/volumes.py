@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
+from dstack_plan.apply.volume_mounts import volume_of
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.capabilities import ProviderWithVolumes, Volume, supports
@@ -78,9 +79,9 @@ class VolumeHandler(ResourceHandler):
         volume (a create cut short) or the provider cannot answer (no credentials, backend
         removed), as cloud fleets do: a plan still works, and apply would say why."""
         kept = Refreshed(current.status, dict(current.attributes))
-        if not current.attributes.get("id"):
+        volume = volume_of(current)
+        if volume is None:
             return kept
-        volume = Volume.model_validate(current.attributes)
         try:
             found = await self._provider(volume.provider, ctx).refresh_volumes([volume])
         except ProviderError:
@@ -89,12 +90,15 @@ class VolumeHandler(ResourceHandler):
             return Refreshed(
                 current.status, dict(current.attributes), gone=f"volume {volume.id} is gone"
             )
-        return Refreshed(found[0].status, found[0].model_dump(mode="json"))
+        # what watch noted beside the provider's view stays (`watch/volume_cleanup.py`)
+        return Refreshed(
+            found[0].status, {**current.attributes, **found[0].model_dump(mode="json")}
+        )
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
-        if not current.attributes.get("id"):  # a create cut short before the provider answered
+        volume = volume_of(current)
+        if volume is None:  # a create cut short before the provider answered
             return
-        volume = Volume.model_validate(current.attributes)
         provider = self._provider(volume.provider, ctx)
         await provider.delete_volume(volume)
         if volume.external:

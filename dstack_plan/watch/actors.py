@@ -5,8 +5,9 @@ that the gang rule, the limits and the retry policy see those failures in the sa
 rolling update goes before the retry policy, so that a new replica that fails ends its rollout
 (the old replicas serve on) rather than counting as the service's failure; queued and
 scheduled runs are placed after everything that frees room; network volumes no job mounts
-any more are detached; and idle cloud machines are released last, once nothing placed this
-tick is going to them (never below `nodes.min`; SSH hosts never).
+any more are detached (and deleted once unused past `auto_cleanup_duration`); and idle cloud
+machines are released last, once nothing placed this tick is going to them (never below
+`nodes.min`; SSH hosts never).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dstack_plan.watch.reachability import Reachability
 from dstack_plan.watch.retries import RetryPolicy
 from dstack_plan.watch.rollout import Rollout
 from dstack_plan.watch.tick import Actor
+from dstack_plan.watch.volume_cleanup import VolumeCleanup
 from dstack_plan.watch.volume_release import VolumeRelease
 
 
@@ -36,5 +38,6 @@ def default_actors() -> list[Actor]:
         RetryPolicy(),
         PendingRuns(),
         VolumeRelease(),
+        VolumeCleanup(),
         IdleMachines(),
     ]

@@ -4,6 +4,7 @@ moto's EC2 is reached through boto3's own `AWS_ENDPOINT_URL`."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,30 @@ def test_a_run_mounting_a_network_volume_off_its_backend_is_refused_by_the_plan(
         "only to aws machines, and fleet local is this machine"
     ) in planned.stderr, planned.stdout + planned.stderr
     assert "Traceback" not in planned.stderr
+
+
+def test_watch_deletes_a_volume_unused_past_its_auto_cleanup_duration_only(
+    dstack: Dstack, project: Path, ec2: Any
+) -> None:
+    (project / "volume.dstack.yml").write_text(
+        VOLUME
+        + "size: 8GB\nauto_cleanup_duration: 1s\n---\n"
+        + VOLUME.replace("name: data", "name: kept")
+        + "size: 8GB\n"
+    )
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    ids = {a: e["attributes"]["id"] for a, e in state(project)["resources"].items()}
+    first = dstack("watch", "--once")  # first seen unused: noted, not deleted
+    assert first.returncode == 0, first.stdout + first.stderr
+    noted = state(project)["resources"]["volume.data"]["attributes"]
+    assert isinstance(noted["unused_since"], float)
+    assert "unused_since" not in state(project)["resources"]["volume.kept"]["attributes"]
+    time.sleep(1.2)
+    second = dstack("watch", "--once")
+    assert second.returncode == 0, second.stdout + second.stderr
+    left = {v["VolumeId"] for v in _tagged(ec2, project)}
+    assert left == {ids["volume.kept"]}  # the one without a duration stays
+    assert "cleaned_up_at" in state(project)["resources"]["volume.data"]["attributes"]
+    planned = dstack("plan")  # it is gone: the next apply creates it again
+    assert "volume.data" in planned.stdout and "created" in planned.stdout, planned.stdout

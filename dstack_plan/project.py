@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dstack_plan.apply.deployment import Deployment
 from dstack_plan.apply.fleet_kinds import FleetKinds, is_cloud_fleet
@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.apply.report import ApplyReport
     from dstack_plan.config.fleet import SSHConfig
+    from dstack_plan.config.volume import VolumeSpec
     from dstack_plan.providers.configured import ConfiguredClouds
     from dstack_plan.providers.ssh.provider import SSHProvider
 
@@ -556,10 +557,11 @@ class Project:
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
             from dstack_plan.apply.volume_mounts import volume_sites
-            from dstack_plan.config.volume import VolumeSpec
 
-            declared = [r.spec for r in self.load().of_kind("volume")]
-            volumes = volume_sites(state, (v for v in declared if isinstance(v, VolumeSpec)))
+            # `of_kind("volume")` holds VolumeSpecs only; a project without volumes never
+            # imports their model
+            declared = cast("list[VolumeSpec]", [r.spec for r in self.load().of_kind("volume")])
+            volumes = volume_sites(state, declared)
             return place_on_fleet(
                 runs, load.candidates, load.busy, deployment, load.labels, load.bandwidth, volumes
             )

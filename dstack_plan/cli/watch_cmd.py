@@ -18,6 +18,7 @@ leader dies."""
 if TYPE_CHECKING:
     from dstack_plan.project import Project
     from dstack_plan.watch.model import TickReport
+    from dstack_plan.watch.service_routing import ServiceRouting
 
 
 def watch(
@@ -35,6 +36,13 @@ def watch(
     metrics_file: Path = typer.Option(
         None, "--metrics-file", help="Write the metrics to this file after every tick."
     ),
+    proxy_port: int = typer.Option(
+        None,
+        "--proxy-port",
+        min=0,
+        max=65535,
+        help="Serve the services on 127.0.0.1:PORT/proxy/services/NAME/ (e.g. 8080).",
+    ),
 ) -> None:
     """Reconcile the runs in state with what their agents report, tick after tick.
 
@@ -45,14 +53,19 @@ def watch(
     nothing, and a watch started again carries on. Ctrl-C exits 0. Metrics (Prometheus
     text: runs and jobs by status, GPU utilisation and memory per host, queue depth, tick
     duration...) are served on 127.0.0.1 with --metrics-port, or written with --metrics-file;
-    examples/monitoring/ has a Grafana dashboard of them. With --log-format json (a global
-    option, before `watch`), every status change, retry and stop is also a JSON line on
-    stderr (ts, level, event, address, job_id, host, resource_type, span_id, ...).
+    examples/monitoring/ has a Grafana dashboard of them. With --proxy-port, watch also
+    serves every service's running replicas at 127.0.0.1:PORT/proxy/services/NAME/ (each
+    reached through SSH, health-checked, streamed; `auth: true` services want
+    `Authorization: Bearer` and the token in .dstack/service-token). With --log-format
+    json (a global option, before `watch`), every status change, retry and stop is also a
+    JSON line on stderr (ts, level, event, address, job_id, host, resource_type, span_id,
+    ...).
     """
     from dstack_plan.config.units import parse_duration
     from dstack_plan.errors import DstackPlanError
     from dstack_plan.state.events import EventLog
     from dstack_plan.state.lease import LeaderLease, new_holder_id
+    from dstack_plan.watch.actors import default_actors
     from dstack_plan.watch.events import LoggedEventLog
     from dstack_plan.watch.loop import Watcher
     from dstack_plan.watch.metrics import WatchMetrics
@@ -99,13 +112,44 @@ def watch(
             logged = bool(logging.getLogger().handlers)
             log_class = LoggedEventLog if logged else EventLog
             events = log_class(project.backend, secret_guard=project.guard)
-            watcher = Watcher(project, lease=lease, events=events, reporters=[report, export])
+            actors = default_actors()
+            routing = None
+            if proxy_port is not None:
+                routing = await _serve_services(project, proxy_port)
+                actors.append(routing)
+            watcher = Watcher(
+                project, lease=lease, events=events, reporters=[report, export], actors=actors
+            )
             await watcher.run(seconds, once=once)
         finally:
             if server is not None:
                 server.close()
+            if routing is not None:
+                await routing.close()
 
     try:
         common.run_with(project, work)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+
+
+async def _serve_services(project: Project, port: int) -> ServiceRouting:
+    """Start the service proxy on 127.0.0.1:`port`; the watch actor that keeps its routes."""
+    from dstack_plan.cli.output import print_lines
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.proxy.server import ServiceProxy
+    from dstack_plan.proxy.token import TOKEN_FILE, project_token
+    from dstack_plan.watch.service_routing import ServiceRouting
+
+    proxy = ServiceProxy()
+    try:
+        bound = await proxy.start("127.0.0.1", port)
+    except OSError as e:
+        raise DstackPlanError(f"cannot serve services on 127.0.0.1:{port}: {e}") from None
+    routing = ServiceRouting(proxy, project_token(project.directory))
+    print_lines([
+        f"Services: http://127.0.0.1:{bound}/proxy/services/NAME/ "
+        f"(auth: Bearer token in {TOKEN_FILE})"
+    ])  # fmt: skip
+    sys.stdout.flush()
+    return routing

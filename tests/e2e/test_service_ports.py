@@ -28,6 +28,16 @@ esac
 """
 
 
+def httpd_service(image: str, replicas: int) -> str:
+    """Service `web`: busybox httpd on 8799 answering `replica-N` from each replica."""
+    return (
+        f"type: service\nname: web\nimage: {image}\nport: 8799\nreplicas: {replicas}\n"
+        "stop_duration: 1s\ncommands:\n  - mkdir -p /www\n"
+        "  - echo replica-$DSTACK_REPLICA_NUM > /www/index.html\n"
+        f"  - exec httpd -f -p 8799 -h /www\n{RESOURCES}"
+    )
+
+
 def agent_jobs(agent_dir: Path) -> list[str]:
     jobs = agent_dir / "jobs"
     return sorted(p.name for p in jobs.iterdir()) if jobs.exists() else []
@@ -41,12 +51,7 @@ def test_container_replicas_of_one_port_each_listen_on_their_own_host_port(
 
     image = ensure_busybox_image(docker_client)
     project = tmp_path / "project"
-    (project / "web.dstack.yml").write_text(
-        f"type: service\nname: web\nimage: {image}\nport: 8799\nreplicas: 2\n"
-        "stop_duration: 1s\ncommands:\n  - mkdir -p /www\n"
-        "  - echo replica-$DSTACK_REPLICA_NUM > /www/index.html\n"
-        f"  - exec httpd -f -p 8799 -h /www\n{RESOURCES}"
-    )
+    (project / "web.dstack.yml").write_text(httpd_service(image, replicas=2))
     applied = dstack("apply", "-y")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     row = wait_for_status(dstack, "service.web", {"running"})

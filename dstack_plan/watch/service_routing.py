@@ -1,0 +1,91 @@
+"""Serving services from watch: each tick, the running replicas of every service in state
+become the proxy's upstreams (`dstack_plan/proxy/`), each reached on this machine through an
+SSH forward to the port its host published (the local fleet's directly: it is this machine).
+Forwards stay open from tick to tick while their replica runs and close when it is gone.
+The proxy itself health-checks the replicas; this only says which exist.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.config.runs import ServiceSpec
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.proxy.model import ServiceRoute, Upstream
+from dstack_plan.watch.tick import Acted, Tick
+
+if TYPE_CHECKING:
+    from dstack_plan.providers.ssh.forward import Forward
+    from dstack_plan.proxy.server import ServiceProxy
+    from dstack_plan.state.model import ResourceState
+
+log = logging.getLogger(__name__)
+
+_Key = tuple[str, str, int]
+"""(fleet, host, published port)"""
+
+
+class ServiceRouting:
+    """Keeps the proxy's routes to what runs (see the module doc)."""
+
+    name = "services"
+
+    def __init__(self, proxy: ServiceProxy, token: str):
+        self._proxy = proxy
+        self._token = token
+        self._forwards: dict[_Key, Forward] = {}
+
+    async def act(self, tick: Tick) -> Acted:
+        routes: list[ServiceRoute] = []
+        used: set[_Key] = set()
+        for entry in sorted(tick.state.resources.values(), key=lambda e: e.address):
+            if entry.kind != "service" or entry.tainted:
+                continue
+            spec = spec_from_normalized("service", dict(entry.spec))
+            assert isinstance(spec, ServiceSpec)
+            upstreams = await self._upstreams(tick, entry, spec, used)
+            routes.append(ServiceRoute.from_spec(entry.name, spec, upstreams, self._token))
+        self._proxy.set_routes(routes)
+        for key in set(self._forwards) - used:
+            await self._forwards.pop(key).close()
+        return Acted()
+
+    async def close(self) -> None:
+        """Stop the proxy and close the forwards."""
+        await self._proxy.stop()
+        for forward in self._forwards.values():
+            await forward.close()
+        self._forwards.clear()
+
+    async def _upstreams(
+        self, tick: Tick, entry: ResourceState, spec: ServiceSpec, used: set[_Key]
+    ) -> list[Upstream]:
+        record = RunRecord.of(entry)
+        upstreams = []
+        for job in record.jobs:
+            published = [
+                p.host_port
+                for p in job.ports
+                if p.container_port == spec.port.container_port and p.host_port
+            ]
+            if job.status != "running" or not published:
+                continue
+            key = (record.fleet, job.host, int(published[0]))
+            forward = self._forwards.get(key)
+            if forward is None:
+                try:
+                    forward = await tick.project.machines.forward(*key[:2], tick.state, key[2])
+                except (DstackPlanError, OSError) as e:
+                    log.warning(
+                        "%s: cannot reach %s on %s: %s", entry.address, job.id, job.host, e
+                    )
+                    continue
+                self._forwards[key] = forward
+            used.add(key)
+            upstreams.append(
+                Upstream(replica_id=job.id, url=f"http://127.0.0.1:{forward.local_port}")
+            )
+        return upstreams

@@ -90,10 +90,14 @@ class VolumeAttacher:
             disks[job.slot] = mounts
         return disks
 
-    async def release(self, state: State, excluding: Iterable[str] = ()) -> list[Detached]:
+    async def release(
+        self, state: State, excluding: Iterable[str] = (), *, refreshed: bool = False
+    ) -> list[Detached]:
         """Detach every volume of `state` from the machines where no unfinished job of its
         runs (but those at `excluding` addresses, being removed) mounts it, and wait until
-        it is. A volume whose provider cannot answer is left as it is (logged)."""
+        it is. `refreshed`: the state's volume entries show the providers' view now (a
+        watch tick's); otherwise each volume is read again first. A volume whose provider
+        cannot answer is left as it is (logged)."""
         used = volumes_in_use(state, excluding)
         machines = _cloud_machines(state)
         done: list[Detached] = []
@@ -103,15 +107,17 @@ class VolumeAttacher:
                 continue
             try:
                 provider = self._provider(volume.provider, state)
-                (now,) = await provider.refresh_volumes([volume]) or (None,)
-                if now is None:
-                    continue
-                for instance_id in now.attached_to:
-                    found = machines.get(instance_id)
-                    if found is None or (entry.name, found[0], found[1].hostname) in used:
+                if not refreshed:
+                    found = await provider.refresh_volumes([volume])
+                    if not found:
+                        continue
+                    volume = found[0]
+                for instance_id in volume.attached_to:
+                    machine = machines.get(instance_id)
+                    if machine is None or (entry.name, machine[0], machine[1].hostname) in used:
                         continue  # not one of ours, or a job still mounts it there
-                    now = await self._detach(provider, now, found[0], found[1])
-                    done.append(Detached(entry.address, now, instance_id))
+                    volume = await self._detach(provider, volume, *machine)
+                    done.append(Detached(entry.address, volume, instance_id))
             except ProviderError as e:
                 log.warning("%s: cannot detach: %s", entry.address, e.detail)
         return done

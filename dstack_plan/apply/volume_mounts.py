@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pydantic import ValidationError
 
+from dstack_plan.config import interpolation
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.run_fields import NetworkVolumeMount
 from dstack_plan.config.runs import RunSpec
@@ -24,8 +25,6 @@ from dstack_plan.providers.capabilities import Volume
 if TYPE_CHECKING:
     from dstack_plan.config.volume import VolumeSpec
     from dstack_plan.state.model import ResourceState, State
-
-NODE_RANK = "${{ dstack.node_rank }}"
 
 
 class VolumeSite(NamedTuple):
@@ -149,10 +148,13 @@ def volumes_in_use(state: State, excluding: Iterable[str] = ()) -> set[tuple[str
 
 
 def _node_name(name: str, node: int) -> str:
-    return name.replace(NODE_RANK, str(node)).replace("${{dstack.node_rank}}", str(node))
+    """`name` with `${{ dstack.node_rank }}` (a task's job is its node) resolved."""
+    rank = str(node)
+    try:
+        return interpolation.resolve(name, {"dstack": {"node_rank": rank, "job_num": rank}})
+    except KeyError:  # another reference: the name as written (it names no volume)
+        return name
 
 
 def _kind(provider: str) -> str:
-    if provider in ("ssh", "local"):
-        return f"an {provider.upper()} fleet" if provider == "ssh" else "this machine"
-    return f"a {provider} fleet"
+    return {"ssh": "an SSH fleet", "local": "this machine"}.get(provider, f"a {provider} fleet")

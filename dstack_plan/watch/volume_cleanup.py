@@ -52,14 +52,13 @@ class VolumeCleanup:
         volume = volume_of(entry)
         if limit is None or volume is None or volume.external or CLEANED_UP in entry.attributes:
             return None
-        read = tick.read.get(entry.address)  # this tick's refresh does not carry watch's notes
-        since = read.attributes.get(UNUSED_SINCE) if read is not None else None
+        since = entry.attributes.get(UNUSED_SINCE)  # refresh keeps watch's notes
         if used or volume.attached_to:
             return None if since is None else _noted(entry, {UNUSED_SINCE: None})
         if not isinstance(since, (int, float)):
             return _noted(entry, {UNUSED_SINCE: tick.now})
         if tick.now - since < limit:
-            return _noted(entry, {UNUSED_SINCE: since})
+            return None
         provider = tick.project.clouds.provider(
             volume.provider, tick.state.lineage, creating=False
         )

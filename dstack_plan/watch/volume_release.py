@@ -22,7 +22,9 @@ class VolumeRelease:
         acted = Acted()
         if not any(e.kind == "volume" for e in tick.state.resources.values()):
             return acted
-        for detached in await VolumeAttacher(tick.project.clouds).release(tick.state):
+        # the tick's refresh has just read every volume: no second read per volume
+        attacher = VolumeAttacher(tick.project.clouds)
+        for detached in await attacher.release(tick.state, refreshed=True):
             entry = acted.changed.get(detached.address) or tick.state.get(detached.address)
             if entry is None:
                 continue

@@ -11,6 +11,7 @@ loop device behind the udev link an EC2 Nitro machine has for the volume
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +116,23 @@ def test_a_run_mounts_a_cloud_volume_that_is_detached_when_done_and_keeps_its_da
         assert state(project)["resources"]["volume.data"]["attributes"]["attached_to"] == []
 
         (project / "write.dstack.yml").unlink()
-        read = TASK.format(name="read", image=image, volume="data", command="cat /data/f")
+        read = TASK.format(
+            name="read", image=image, volume="data", command="cat /data/f; exec sleep 300"
+        )
         (project / "read.dstack.yml").write_text(read)
         again = dstack("apply", "-y", timeout=300)
         assert again.returncode == 0, again.stdout + again.stderr
-        wait_for_status(dstack, "task.read", {"done"}, timeout=60)
-        logs = dstack("logs", "read")
-        assert logs.stdout.strip() == "kept", logs.stdout + logs.stderr  # formatted only once
+        wait_for_status(dstack, "task.read", {"running"}, timeout=60)
+        deadline = time.monotonic() + 30
+        while (logs := dstack("logs", "read")).stdout.strip() != "kept":
+            assert time.monotonic() < deadline, logs.stdout + logs.stderr  # formatted only once
+            time.sleep(0.3)
+        assert attachments(ec2, volume["id"]) == [machine["id"]]
+
+        (project / "read.dstack.yml").unlink()  # the run goes: its volume leaves at once
+        removed = dstack("apply", "-y", timeout=300)
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+        assert attachments(ec2, volume["id"]) == []
 
         destroyed = dstack(
             "destroy",

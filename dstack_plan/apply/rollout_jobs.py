@@ -13,7 +13,7 @@ from dstack_plan.apply.rollout_record import job_spec_hash
 from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.config.runs import ServiceSpec
 from dstack_plan.errors import AgentError
-from dstack_plan.plan.model import Action, ResourceChange
+from dstack_plan.plan.model import ResourceChange
 from dstack_plan.providers.local import LOCAL_FLEET
 from dstack_plan.state.model import ResourceState, State
 
@@ -37,15 +37,7 @@ async def start_replica(
     """Place and submit the new job of `replica` beside the old one."""
     record = RunRecord.of(entry)
     state = ctx.current_state()
-    change = ResourceChange(
-        address=entry.address,
-        kind=entry.kind,
-        name=entry.name,
-        provider=entry.provider,
-        action=Action.UPDATE,
-        before=dict(entry.spec),
-        after=dict(entry.spec),
-    )
+    change = ResourceChange.in_place(entry)
     machines = await handler._place_now(record.fleet, entry.address, spec, state, replicas=1)
     slot = JobSlot(replica, 0)
     deployment = record.deployment or handler.deployment

@@ -211,3 +211,13 @@ def run_span_id(run: ResourceState) -> str:
     (`state.events.span_id` of its address and generation, or its creation time when it has
     no jobs yet)."""
     return span_id(run.address, RunRecord.of(run).generation or run.created_at)
+
+
+SERVICE_URL_KEY = "service_url"
+"""A service's URL on the proxy of the `dstack watch` that serves it (watch writes it)."""
+
+
+def service_url(entry: ResourceState) -> str | None:
+    """Where a service is served, as the watch that serves it recorded; None for others."""
+    url = entry.attributes.get(SERVICE_URL_KEY) if entry.kind == "service" else None
+    return url if isinstance(url, str) else None

@@ -35,6 +35,7 @@ from dstack_plan.apply.queueing import (
 from dstack_plan.apply.rollout import job_spec_hash, roll, rolls, stamped
 from dstack_plan.apply.run_health import crash, run_status
 from dstack_plan.apply.run_records import JobRecord, RunRecord
+from dstack_plan.apply.scaling import kept_replicas, scaled_to_zero
 from dstack_plan.apply.usage import slot_gpus
 from dstack_plan.apply.user import current_user
 from dstack_plan.apply.volume_attach import VolumeAttacher
@@ -184,13 +185,42 @@ class RunHandler(ResourceHandler):
         rolling = rolls(change)
         if rolling:
             current = stamped(current)  # the jobs it has run the spec it had
+        runs = job_spec_hash(change.after) if rolling else None
+        count = kept_replicas(spec, current.attributes)
+        attributes = await self._resize(change, current, spec, count, ctx, spec_hash=runs)
+        if rolling:
+            entry = current.updated(now=current.updated_at, attributes=attributes)
+            status, attributes = await roll(self, entry, change, ctx)
+            return Outcome(status=status, attributes=attributes)
+        return await self._outcome(current, attributes, ctx, scaled_to_zero=count == 0)
+
+    async def scale(self, current: ResourceState, replicas: int, ctx: ApplyContext) -> Outcome:
+        """Give service `current` exactly `replicas` replicas, on the spec it runs (watch's
+        autoscaler): new ones placed and started, the surplus stopped (`scaled_down`)."""
+        spec = spec_from_normalized(current.kind, dict(current.spec))
+        assert isinstance(spec, ServiceSpec)
+        change = ResourceChange.in_place(current)
+        attributes = await self._resize(change, current, spec, replicas, ctx)
+        return await self._outcome(current, attributes, ctx, scaled_to_zero=replicas == 0)
+
+    async def _resize(
+        self,
+        change: ResourceChange,
+        current: ResourceState,
+        spec: ServiceSpec,
+        count: int,
+        ctx: ApplyContext,
+        spec_hash: str | None = None,
+    ) -> dict[str, Any]:
+        """Replicas 0..`count`-1 of `spec`: the missing started, the others stopped; the
+        attributes with the jobs that remain. `spec_hash` stamps the new jobs (a rollout)."""
         state = ctx.current_state()
         record = RunRecord.of(current)
-        wanted = {(s.replica, s.node) for s in slots(spec)}
+        wanted = slots(spec, replicas=count)
         have = {r.slot for r in record.jobs}
-        missing = [s for s in slots(spec) if (s.replica, s.node) not in have]
-        kept = [r for r in record.jobs if r.slot in wanted]
-        surplus = [r for r in record.jobs if r.slot not in wanted]
+        missing = [s for s in wanted if (s.replica, s.node) not in have]
+        kept = [r for r in record.jobs if r.slot in {(s.replica, s.node) for s in wanted}]
+        surplus = [r for r in record.jobs if r not in kept]
         added: list[Submitted] = []
         if missing:
             machines = await self._place_now(
@@ -203,15 +233,23 @@ class RunHandler(ResourceHandler):
             agents = await self._agents(record.fleet, {m.host for m in machines}, state)
             added = await self._submit(change.address, run, placed, agents, state, ctx)
         await self._stop_and_remove(record.fleet, surplus, spec, state, reason=SCALED_DOWN)
-        runs = job_spec_hash(change.after) if rolling else None
         gpus = slot_gpus(spec)
-        jobs = kept + [_job_record(j, gpus)._replace(spec_hash=runs) for j in added]
-        attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
-        if rolling:
-            entry = current.updated(now=current.updated_at, attributes=attributes)
-            status, attributes = await roll(self, entry, change, ctx)
-            return Outcome(status=status, attributes=attributes)
-        infos = await self._infos(record.fleet, jobs, state)
+        jobs = kept + [_job_record(j, gpus)._replace(spec_hash=spec_hash) for j in added]
+        return {**current.attributes, "jobs": [j.to_json() for j in jobs]}
+
+    async def _outcome(
+        self,
+        current: ResourceState,
+        attributes: dict[str, Any],
+        ctx: ApplyContext,
+        scaled_to_zero: bool = False,
+    ) -> Outcome:
+        """The status of run `current` with `attributes` (its jobs) as they are now; a
+        service scaled to zero by its request rate is running: it starts on a request."""
+        record = RunRecord.of(current.model_copy(update={"attributes": attributes}))
+        if scaled_to_zero and not record.jobs:
+            return Outcome(status="running", attributes=attributes)
+        infos = await self._infos(record.fleet, list(record.jobs), ctx.current_state())
         return Outcome(status=run_status(list(infos.values())), attributes=attributes)
 
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
@@ -498,7 +536,7 @@ def _refreshed(
     found = [(r, known[r.id]) for r in record.jobs if r.id in known]
     if not found:
         attributes = dict(current.attributes)
-        if current.status in FINISHED_STATUSES:
+        if current.status in FINISHED_STATUSES or (not record.jobs and scaled_to_zero(current)):
             return Refreshed(current.status, attributes)
         return Refreshed(current.status, attributes, gone="jobs are gone from the agent")
     infos = {r.id: info for r, info in found}

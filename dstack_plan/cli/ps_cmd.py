@@ -43,7 +43,9 @@ def ps(
     --json prints a list of {address, kind, name, status, fleet, hosts, gpus, price_per_hour,
     created_at, finished_at, error, failure, jobs: [{id, status, exit_code, termination_reason,
     termination_message, replica, node, host, gpus, ports: [{container_port, host_port,
-    host_ip}], started_at, finished_at}], notes: [str]}, newest first. PORTS shows where
+    host_ip}], started_at, finished_at}], notes: [str], url, scaling: {desired, wanted, rps,
+    scaled_at, held_by, held_until}}, newest first (url and scaling for services a
+    `dstack watch --proxy-port` serves). PORTS shows where
     each job listens on its host: `127.0.0.1:49153 -> 8799` for a container's port Docker
     published, `8799` for a port on the host network. NOTE (`notes`) says what watch is doing
     about a run: retrying at a time, waiting for capacity, its next cron run, a service's

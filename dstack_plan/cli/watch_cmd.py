@@ -18,7 +18,7 @@ leader dies."""
 if TYPE_CHECKING:
     from dstack_plan.project import Project
     from dstack_plan.watch.model import TickReport
-    from dstack_plan.watch.service_routing import ServiceRouting
+    from dstack_plan.watch.serving import Serving
 
 
 def watch(
@@ -43,6 +43,12 @@ def watch(
         max=65535,
         help="Serve the services on 127.0.0.1:PORT/proxy/services/NAME/ (e.g. 8080).",
     ),
+    proxy_host: str = typer.Option(
+        "127.0.0.1",
+        "--proxy-host",
+        help="The address --proxy-port listens on (another than 127.0.0.1 exposes every "
+        "service with `auth: false` to that network).",
+    ),
 ) -> None:
     """Reconcile the runs in state with what their agents report, tick after tick.
 
@@ -56,7 +62,9 @@ def watch(
     examples/monitoring/ has a Grafana dashboard of them. With --proxy-port, watch also
     serves every service's running replicas at 127.0.0.1:PORT/proxy/services/NAME/ (each
     reached through SSH, health-checked, streamed; `auth: true` services want
-    `Authorization: Bearer` and the token in .dstack/service-token). With --log-format
+    `Authorization: Bearer` and the token in .dstack/service-token; --proxy-host to listen
+    elsewhere) and scales services with `scaling` by their requests per second: see
+    docs/watch-policy.md. `dstack ps` shows each service's URL. With --log-format
     json (a global option, before `watch`), every status change, retry and stop is also a
     JSON line on stderr (ts, level, event, address, job_id, host, resource_type, span_id,
     ...).
@@ -112,11 +120,10 @@ def watch(
             logged = bool(logging.getLogger().handlers)
             log_class = LoggedEventLog if logged else EventLog
             events = log_class(project.backend, secret_guard=project.guard)
-            actors = default_actors()
-            routing = None
+            serving = None
             if proxy_port is not None:
-                routing = await _serve_services(project, proxy_port)
-                actors.append(routing)
+                serving = await _serve_services(project, proxy_host, proxy_port)
+            actors = default_actors(serving)
             watcher = Watcher(
                 project, lease=lease, events=events, reporters=[report, export], actors=actors
             )
@@ -124,8 +131,8 @@ def watch(
         finally:
             if server is not None:
                 server.close()
-            if routing is not None:
-                await routing.close()
+            if serving is not None:
+                await serving.close()
 
     try:
         common.run_with(project, work)
@@ -133,23 +140,15 @@ def watch(
         raise typer.Exit(0) from None
 
 
-async def _serve_services(project: Project, port: int) -> ServiceRouting:
-    """Start the service proxy on 127.0.0.1:`port`; the watch actor that keeps its routes."""
+async def _serve_services(project: Project, host: str, port: int) -> Serving:
+    """Start serving the services; says where."""
     from dstack_plan.cli.output import print_lines
-    from dstack_plan.errors import DstackPlanError
-    from dstack_plan.proxy.server import ServiceProxy
-    from dstack_plan.proxy.token import TOKEN_FILE, project_token
-    from dstack_plan.watch.service_routing import ServiceRouting
+    from dstack_plan.proxy.token import TOKEN_FILE
+    from dstack_plan.watch.serving import serve_services
 
-    proxy = ServiceProxy()
-    try:
-        bound = await proxy.start("127.0.0.1", port)
-    except OSError as e:
-        raise DstackPlanError(f"cannot serve services on 127.0.0.1:{port}: {e}") from None
-    routing = ServiceRouting(proxy, project_token(project.directory))
+    serving = await serve_services(project, host, port)
     print_lines([
-        f"Services: http://127.0.0.1:{bound}/proxy/services/NAME/ "
-        f"(auth: Bearer token in {TOKEN_FILE})"
+        f"Services: {serving.url}/proxy/services/NAME/ (auth: Bearer token in {TOKEN_FILE})"
     ])  # fmt: skip
     sys.stdout.flush()
-    return routing
+    return serving

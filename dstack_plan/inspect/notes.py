@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from dstack_plan.apply.rollout import progress_note
+from dstack_plan.apply.run_records import service_url
+from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.state.model import ResourceState
 
 
@@ -28,7 +30,10 @@ def run_notes(entry: ResourceState, attributes: dict[str, Any] | None = None) ->
     next_run = _number(schedule.get("next_run_at"))
     if next_run is not None:
         notes.append(f"next run {clock_time(next_run, seconds=False)}")
-    scaling = scaling_note(entry)
+    url = service_url(entry)
+    if url:
+        notes.append(f"serving {url}")
+    scaling = scaling_note(entry.model_copy(update={"attributes": attributes}))
     if scaling:
         notes.append(scaling)
     rollout = progress_note(entry.model_copy(update={"attributes": attributes}))
@@ -38,19 +43,28 @@ def run_notes(entry: ResourceState, attributes: dict[str, Any] | None = None) ->
 
 
 def scaling_note(entry: ResourceState) -> str | None:
-    """For a service with `scaling`: that it keeps the minimum (request-rate autoscaling
-    needs a gateway, which comes later)."""
+    """For a service with `scaling`: the replicas the autoscaler keeps and why, from the
+    record of the watch that scales it (`watch/autoscale.py`); that it keeps the minimum
+    when no watch serves it (only a watch with --proxy-port sees the requests)."""
     scaling = entry.spec.get("scaling") if entry.kind == "service" else None
     if not isinstance(scaling, dict):
         return None
-    replicas = str(entry.spec.get("replicas", "1"))
-    low, _, _high = replicas.partition("..")
-    kept = max(int(low), 1) if low.isdigit() else 1
-    metric = scaling.get("metric", "rps")
-    return (
-        f"scaling by {metric} needs a gateway: keeps the minimum, "
-        f"{kept} replica{'s' if kept != 1 else ''} (replicas {replicas})"
-    )
+    target = scaling.get("target")
+    record = ScalingRecord.of(entry.attributes)
+    if record is None:
+        replicas = str(entry.spec.get("replicas", "1"))
+        low, _, _high = replicas.partition("..")
+        kept = max(int(low), 1) if low.isdigit() else 1
+        return (
+            f"scaling by {scaling.get('metric', 'rps')} needs `dstack watch --proxy-port`: "
+            f"keeps {kept} replica{'s' if kept != 1 else ''} (replicas {replicas})"
+        )
+    shown = f"{target:g}" if isinstance(target, (int, float)) else target
+    note = f"replicas {record.desired}: {record.rps:g} req/s, target {shown}/replica"
+    if record.held_by is not None and record.wanted != record.desired:
+        until = f" until {clock_time(record.held_until)}" if record.held_until else ""
+        note += f"; {record.wanted} wanted, held by {record.held_by}{until}"
+    return note
 
 
 def clock_time(epoch: float, seconds: bool = True) -> str:

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from dstack_plan.agent.api_models import PublishedPort
-from dstack_plan.apply.run_records import JobRecord, RunRecord
+from dstack_plan.apply.run_records import JobRecord, RunRecord, service_url
 from dstack_plan.apply.runs import fleet_of
+from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.inspect.notes import run_notes
@@ -83,6 +84,10 @@ class RunView(BaseModel):
     notes: list[str] = []
     """What watch or apply is doing about it, from its state: `retrying at 12:03:15`,
     `waiting for capacity: ...`, `next run 04:00`, a service's scaling, a rolling update."""
+    url: str | None = None
+    """A service's URL on the proxy of the `dstack watch` that serves it."""
+    scaling: ScalingRecord | None = None
+    """A service's autoscaling: desired and wanted replicas, the rate, what holds it."""
 
     @property
     def finished(self) -> bool:
@@ -213,6 +218,8 @@ def _view(
         failure=_failure(jobs) if status == "failed" else None,
         jobs=jobs,
         notes=run_notes(run, attributes),
+        url=service_url(run),
+        scaling=ScalingRecord.of(run.attributes) if run.kind == "service" else None,
     )
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from dstack_plan.state.model import ResourceState
 
 PLAN_FORMAT_VERSION = "1.0"
 
@@ -141,6 +144,21 @@ class ResourceChange:
     placement: Placement | None = None
     secrets: tuple[str, ...] = ()
     """Names of the secrets the spec refers to (never values)."""
+
+    @classmethod
+    def in_place(cls, entry: ResourceState) -> ResourceChange:
+        """An update of `entry` to the spec it already has: watch changing how it runs (a
+        rollout step, a scale), not what is declared."""
+        spec = dict(entry.spec)
+        return cls(
+            address=entry.address,
+            kind=entry.kind,
+            name=entry.name,
+            provider=entry.provider,
+            action=Action.UPDATE,
+            before=spec,
+            after=dict(spec),
+        )
 
 
 class Cost(Frozen):

@@ -283,8 +283,9 @@ class ServiceProxy:
             headers.popall("Content-Length", None)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_for_replica
-        tried: set[str] = set()  # replicas that failed this request in other ways than connect
-        for _ in range(MAX_ATTEMPTS):
+        tried: set[str] = set()  # replicas that failed this request
+        attempts = 0  # waiting for a replica is not an attempt: routes change while it waits
+        while attempts < MAX_ATTEMPTS:
             service = self._service(name)
             replica = service.balancer.pick(exclude=tried)
             if replica is None:
@@ -302,6 +303,7 @@ class ServiceProxy:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(changed.wait(), remaining)
                 continue
+            attempts += 1
             service.balancer.acquire(replica)
             try:
                 data = body if streamed is None else streamed

@@ -9,7 +9,6 @@ rolling the service itself.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from dstack_plan.apply.rollout import in_progress, step
@@ -17,7 +16,7 @@ from dstack_plan.apply.run_records import run_span_id
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.state.model import ResourceState
-from dstack_plan.watch.tick import Acted, Tick
+from dstack_plan.watch.tick import Acted, Tick, lock_holder
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +30,9 @@ class Rollout:
         runs = [r for r in tick.state.resources.values() if in_progress(r)]
         if not runs:
             return Acted()
-        holder = await asyncio.to_thread(tick.project.backend.read_lock_info)
-        if holder is not None and not holder.is_expired(tick.now):
-            log.info("state locked by %s: rollouts wait", holder.operation)
+        holder = await lock_holder(tick)
+        if holder is not None:
+            log.info("state locked by %s: rollouts wait", holder)
             return Acted()
         handler = tick.project.handlers()["service"]
         assert isinstance(handler, RunHandler)

@@ -2,7 +2,8 @@
 become the proxy's upstreams (`dstack_plan/proxy/`), each reached on this machine through an
 SSH forward to the port its host published (the local fleet's directly: it is this machine).
 Forwards stay open from tick to tick while their replica runs and close when it is gone.
-The proxy itself health-checks the replicas; this only says which exist.
+The proxy itself health-checks the replicas; this only says which exist. Each service's
+URL on the proxy goes into its state attributes (`service_url`), for `ps`.
 """
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dstack_plan.apply.run_records import RunRecord
+from dstack_plan.apply.run_records import SERVICE_URL_KEY, RunRecord
 from dstack_plan.config.runs import ServiceSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.proxy.model import ServiceRoute, Upstream
+from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.tick import Acted, Tick
 
 if TYPE_CHECKING:
     from dstack_plan.providers.ssh.forward import Forward
     from dstack_plan.proxy.server import ServiceProxy
-    from dstack_plan.state.model import ResourceState
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,17 @@ class ServiceRouting:
 
     name = "services"
 
-    def __init__(self, proxy: ServiceProxy, token: str):
+    def __init__(self, proxy: ServiceProxy, token: str, base_url: str):
         self._proxy = proxy
         self._token = token
+        self._base_url = base_url.rstrip("/")
+        """Where the proxy listens (`http://127.0.0.1:8000`)."""
         self._forwards: dict[_Key, Forward] = {}
 
     async def act(self, tick: Tick) -> Acted:
         routes: list[ServiceRoute] = []
         used: set[_Key] = set()
+        changed: dict[str, ResourceState] = {}
         for entry in sorted(tick.state.resources.values(), key=lambda e: e.address):
             if entry.kind != "service" or entry.tainted:
                 continue
@@ -48,10 +52,14 @@ class ServiceRouting:
             assert isinstance(spec, ServiceSpec)
             upstreams = await self._upstreams(tick, entry, spec, used)
             routes.append(ServiceRoute.from_spec(entry.name, spec, upstreams, self._token))
+            url = f"{self._base_url}/proxy/services/{entry.name}/"
+            if entry.attributes.get(SERVICE_URL_KEY) != url:
+                attributes = {**entry.attributes, SERVICE_URL_KEY: url}
+                changed[entry.address] = entry.updated(now=entry.updated_at, attributes=attributes)
         self._proxy.set_routes(routes)
         for key in set(self._forwards) - used:
             await self._forwards.pop(key).close()
-        return Acted()
+        return Acted(changed=changed)
 
     async def close(self) -> None:
         """Stop the proxy and close the forwards."""

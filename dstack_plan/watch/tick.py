@@ -14,6 +14,7 @@ backoff step) goes into the entries it returns.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -63,3 +64,12 @@ class Actor(Protocol):
         """Carry out the rule on `tick.state`; what changed. Errors about one run or host
         are logged and skipped inside; an exception fails only this actor's part of the tick."""
         ...
+
+
+async def lock_holder(tick: Tick) -> str | None:
+    """The operation (`apply`, `destroy`) holding the state's lock now, if any: actors that
+    change what an apply may be changing too wait for it."""
+    holder = await asyncio.to_thread(tick.project.backend.read_lock_info)
+    if holder is None or holder.is_expired(tick.now):
+        return None
+    return holder.operation

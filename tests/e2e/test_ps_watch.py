@@ -18,7 +18,7 @@ SCALED = (
     "scaling: {metric: rps, target: 10}\nstop_duration: 1s\n"
     f"commands: ['exec sleep 300']\n{RESOURCES}"
 )
-NOTE = "scaling by rps needs a gateway: keeps the minimum, 1 replica (replicas 1..4)"
+NOTE = "scaling by rps needs `dstack watch --proxy-port`: keeps 1 replica (replicas 1..4)"
 
 
 def test_scaling_keeps_the_minimum_and_ps_watch_renders_until_interrupted(

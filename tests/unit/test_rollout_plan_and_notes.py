@@ -95,7 +95,7 @@ def test_ps_notes_come_from_state_attributes(tmp_path: Path) -> None:
         tmp_path / "d",
     )
     assert run_notes(scaled) == [
-        "scaling by rps needs a gateway: keeps the minimum, 1 replica (replicas 1..4)"
+        "scaling by rps needs `dstack watch --proxy-port`: keeps 1 replica (replicas 1..4)"
     ]
     assert run_notes(_entry(WEB, tmp_path / "e")) == []
 

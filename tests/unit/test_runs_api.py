@@ -218,6 +218,8 @@ def test_a_run_whose_agent_cannot_be_asked_keeps_its_last_status(
             for n in (0, 1)
         ],
         "notes": [],
+        "url": None,
+        "scaling": None,
     }
 
 

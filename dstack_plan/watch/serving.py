@@ -1,0 +1,48 @@
+"""Serving services from watch: the proxy listening here, the actor that keeps its routes
+(`service_routing.py`) and the one that scales services by the requests it counts
+(`autoscale.py`), started and stopped together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dstack_plan.errors import DstackPlanError
+
+if TYPE_CHECKING:
+    from dstack_plan.project import Project
+    from dstack_plan.watch.autoscale import Autoscaler
+    from dstack_plan.watch.service_routing import ServiceRouting
+
+
+@dataclass
+class Serving:
+    url: str
+    """Where the proxy listens: `http://127.0.0.1:8080`."""
+    routing: ServiceRouting
+    autoscaler: Autoscaler
+
+    async def close(self) -> None:
+        """Stop the proxy and close its SSH forwards."""
+        await self.routing.close()
+
+
+async def serve_services(project: Project, host: str = "127.0.0.1", port: int = 0) -> Serving:
+    """Start the service proxy on `host`:`port` (0: any free port). Request rates are
+    counted on the project's clock, which the autoscaler's delays are measured on."""
+    from dstack_plan.proxy.server import ServiceProxy
+    from dstack_plan.proxy.stats import RequestStats
+    from dstack_plan.proxy.token import project_token
+    from dstack_plan.watch.autoscale import Autoscaler
+    from dstack_plan.watch.service_routing import ServiceRouting
+
+    stats = RequestStats(clock=project.clock)
+    proxy = ServiceProxy(stats=stats)
+    try:
+        bound = await proxy.start(host, port)
+    except OSError as e:
+        raise DstackPlanError(f"cannot serve services on {host}:{port}: {e}") from None
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}"
+    routing = ServiceRouting(proxy, project_token(project.directory), url)
+    return Serving(url, routing, Autoscaler(stats, project.clock.now()))

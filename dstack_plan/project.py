@@ -16,13 +16,13 @@ from dstack_plan.apply.deployment import Deployment
 from dstack_plan.apply.fleet_kinds import FleetKinds, is_cloud_fleet
 from dstack_plan.apply.fleet_load import fleet_load
 from dstack_plan.apply.fleets import FleetHandler
+from dstack_plan.apply.gateways import GatewayHandler
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
 from dstack_plan.apply.machines import FleetMachines
 from dstack_plan.apply.placing import FleetPlacements, HostRun, place_on_fleet
 from dstack_plan.apply.quota_gate import check_plan
 from dstack_plan.apply.records import for_handler
 from dstack_plan.apply.runs import RunHandler
-from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.apply.volume_attach import VolumeAttacher
 from dstack_plan.apply.volumes import VolumeHandler
 from dstack_plan.clock import Clock, SystemClock
@@ -199,14 +199,13 @@ class Project:
             grow=fleets.grow,
             volumes=VolumeAttacher(self.clouds),
         )
-        unsupported = UnsupportedHandler()
         return {
             "task": runs,
             "service": runs,
             "dev-environment": runs,
             "fleet": fleets,
             "volume": VolumeHandler(self.clouds),
-            "gateway": unsupported,
+            "gateway": GatewayHandler(self.machines),
         }
 
     def _fleet_handler(self) -> FleetKinds:

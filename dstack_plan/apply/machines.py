@@ -31,6 +31,7 @@ from dstack_plan.state.model import ResourceState, State
 if TYPE_CHECKING:
     from dstack_plan.agent.client import AgentClient
     from dstack_plan.config.fleet import SSHConfig
+    from dstack_plan.providers.ssh.connect import Connection
     from dstack_plan.providers.ssh.provider import SSHProvider
 
 LOCAL_ADDRESS = "127.0.0.1"
@@ -140,6 +141,20 @@ class FleetMachines:
         for instance in provider.host_instances(fleet):
             if instance.id == f"ssh:{host}":
                 return await provider.forward_port(instance, remote_port, local_port)
+        raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
+
+    async def connection(self, fleet: str, host: str, state: State) -> Connection:
+        """The SSH connection to host `host` of SSH fleet `fleet` (its pinned key), pooled
+        until `close`. ProviderError for a fleet of implicit machines or no such host."""
+        if self.implicit.implicit_instances(fleet):
+            raise ProviderError(
+                self.implicit.name, f"fleet {fleet!r} is not an SSH fleet: it has no SSH hosts"
+            )
+        entry = self._entry(fleet, state)
+        provider = self._provider(fleet, entry, ssh_config_of(entry))
+        for instance in provider.host_instances(fleet):
+            if instance.id == f"ssh:{host}":
+                return await provider.connection(instance)
         raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
 
     async def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -64,7 +65,9 @@ def watch(
     reached through SSH, health-checked, streamed; `auth: true` services want
     `Authorization: Bearer` and the token in .dstack/service-token; --proxy-host to listen
     elsewhere) and scales services with `scaling` by their requests per second: see
-    docs/watch-policy.md. `dstack ps` shows each service's URL. With --log-format
+    docs/watch-policy.md. `dstack ps` shows each service's URL. With a gateway in state
+    (`type: gateway`), watch serves services even without --proxy-port (on a free port) and
+    holds the SSH tunnels the gateway's requests come through. With --log-format
     json (a global option, before `watch`), every status change, retry and stop is also a
     JSON line on stderr (ts, level, event, address, job_id, host, resource_type, span_id,
     ...).
@@ -123,6 +126,8 @@ def watch(
             serving = None
             if proxy_port is not None:
                 serving = await _serve_services(project, proxy_host, proxy_port)
+            elif await _has_gateways(project):  # a gateway's requests come to this proxy
+                serving = await _serve_services(project, proxy_host, 0)
             actors = default_actors(serving)
             watcher = Watcher(
                 project, lease=lease, events=events, reporters=[report, export], actors=actors
@@ -138,6 +143,11 @@ def watch(
         common.run_with(project, work)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+
+
+async def _has_gateways(project: Project) -> bool:
+    snapshot = await asyncio.to_thread(project.backend.read)
+    return any(e.kind == "gateway" for e in snapshot.state.resources.values())
 
 
 async def _serve_services(project: Project, host: str, port: int) -> Serving:

@@ -23,7 +23,8 @@ def dependencies(desired: Desired, project_dir: str | Path = ".") -> dict[str, t
     """address -> addresses it depends on, for every declared resource.
 
     A run depends on the fleets it names in `fleets:` (all declared fleets when it names none),
-    on the network volumes it mounts, and a service on its gateway; `depends_on` adds more.
+    on the network volumes it mounts, a service on its gateway, and a gateway on an SSH host on
+    that host's fleet; `depends_on` adds more.
     A reference to something not declared, and a dependency cycle, are ConfigErrors located at
     the referring key; all of them are reported at once.
     """
@@ -57,9 +58,13 @@ def _references(
         wanted |= {f"fleet.{n}": "fleets" for n in (fleets if named is None else named)}
         wanted |= {f"volume.{n}": "volumes" for _, n in _mounted_volume_names(spec)}
     if isinstance(spec, ServiceSpec):
-        gateway = _gateway_of(spec, default_gateway)
+        gateway = gateway_of(spec, default_gateway)
         if gateway:
             wanted[f"gateway.{gateway}"] = "gateway"
+    if resource.kind == "gateway":  # on an SSH host: on the fleet that has the host
+        fleet = getattr(spec, "fleet", None)
+        if isinstance(fleet, str):
+            wanted[f"fleet.{fleet}"] = "fleet"
     wanted |= {address: "depends_on" for address in spec.depends_on}
     return wanted
 
@@ -119,7 +124,9 @@ def _default_gateway(desired: Desired) -> str | None:
     return defaults[0] if defaults else None
 
 
-def _gateway_of(spec: ServiceSpec, default: str | None) -> str | None:
+def gateway_of(spec: ServiceSpec, default: str | None) -> str | None:
+    """The name of the gateway service `spec` is served by (`default`: the project's default
+    gateway, if any), or None."""
     if spec.gateway is False:
         return None
     if spec.gateway is None or spec.gateway is True:

@@ -77,6 +77,14 @@ class ServiceRoute(_Model):
     model: str | None = None
     model_prefix: str = "/v1"
     probe: ProbeSettings = ProbeSettings()
+    hostname: str | None = None
+    """The name a gateway serves it at (`web.example.com`): a request whose `Host` is that
+    name goes to this service, its path as it is."""
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, value: str | None) -> str | None:
+        return value.lower().rstrip(".") if value else None
 
     @field_validator("token", mode="before")
     @classmethod
@@ -98,6 +106,7 @@ class ServiceRoute(_Model):
         spec: ServiceSpec,
         upstreams: Sequence[Upstream],
         token: Secret | str | None,
+        hostname: str | None = None,
     ) -> ServiceRoute:
         """The route of a service: `token` is used only when the spec has `auth: true`; the
         first probe, if any, is the health check (the default check otherwise)."""
@@ -111,4 +120,5 @@ class ServiceRoute(_Model):
             model=spec.model.name if spec.model else None,
             model_prefix=spec.model.prefix.rstrip("/") if spec.model else "/v1",
             probe=probe,
+            hostname=hostname,
         )

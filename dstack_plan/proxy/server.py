@@ -1,7 +1,7 @@
 """`ServiceProxy`: HTTP in, to a healthy replica of the right service, streamed both ways.
 
 Routing, first match wins:
-- `Host: <service>.<domain>` when a `domain` is configured (a gateway): the path as it is;
+- `Host:` a service's `hostname` (`<run>.<domain>` of its gateway): the path as it is;
 - `/proxy/services/<service>/<path>`: `/<path>` (the prefix is stripped);
 - `GET /v1/models`: the services with a model, as an OpenAI model list;
 - any other `/v1/<path>`: to the service whose model is the JSON body's `model`, at
@@ -99,7 +99,6 @@ class ServiceProxy:
         self,
         routes: Sequence[ServiceRoute] = (),
         *,
-        domain: str | None = None,
         wait_for_replica: float = 60.0,
         read_timeout: float | None = 300.0,
         connect_timeout: float = 5.0,
@@ -108,7 +107,6 @@ class ServiceProxy:
         clock: Clock | None = None,
         check: ProbeCheck | None = None,
     ) -> None:
-        self.domain = domain.lower().strip(".") if domain else None
         self.wait_for_replica = wait_for_replica
         self.stats = stats or RequestStats()
         self._read_timeout = read_timeout
@@ -228,11 +226,11 @@ class ServiceProxy:
         raise _ProxyError(404, "not_found", f"no service at {raw_path}")
 
     def _service_of_host(self, host: str) -> str | None:
-        if self.domain is None:
-            return None
         name = host.rsplit(":", 1)[0].lower().rstrip(".") if host else ""
-        suffix = "." + self.domain
-        return name[: -len(suffix)] if name.endswith(suffix) and name != suffix[1:] else None
+        for service in self._services.values():
+            if service.route.hostname is not None and service.route.hostname == name:
+                return service.route.name
+        return None
 
     def _service(self, name: str) -> _Service:
         service = self._services.get(name)

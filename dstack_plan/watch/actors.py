@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 def default_actors(serving: Serving | None = None) -> list[Actor]:
     """A fresh set of the loop's actors (each may keep memory between ticks). With
     `serving` (watch serves services), its autoscaler goes before queued runs are placed
-    (both take room) and its routing goes last, to route to what this tick started."""
+    (both take room) and its routing and gateway tunnels go last, to route to what this
+    tick started."""
     actors: list[Actor] = [
         Reachability(),
         Interruptions(),
@@ -51,5 +52,5 @@ def default_actors(serving: Serving | None = None) -> list[Actor]:
     ]
     if serving is not None:
         actors.insert(actors.index(pending), serving.autoscaler)
-        actors.append(serving.routing)
+        actors += [serving.routing, serving.tunnels]
     return actors

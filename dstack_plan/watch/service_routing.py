@@ -3,7 +3,9 @@ become the proxy's upstreams (`dstack_plan/proxy/`), each reached on this machin
 SSH forward to the port its host published (the local fleet's directly: it is this machine).
 Forwards stay open from tick to tick while their replica runs and close when it is gone.
 The proxy itself health-checks the replicas; this only says which exist. Each service's
-URL on the proxy goes into its state attributes (`service_url`), for `ps`.
+URL goes into its state attributes (`service_url`), for `ps`: on the proxy, or for a
+service with a gateway, `https://<run>.<domain>/`, which the proxy also routes by host name
+(the gateway's requests arrive through `gateway_tunnels.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from dstack_plan.apply.gateways import GatewayRecord, service_gateway
 from dstack_plan.apply.run_records import SERVICE_URL_KEY, RunRecord
 from dstack_plan.config.runs import ServiceSpec
 from dstack_plan.errors import DstackPlanError
@@ -51,8 +54,14 @@ class ServiceRouting:
             spec = spec_from_normalized("service", dict(entry.spec))
             assert isinstance(spec, ServiceSpec)
             upstreams = await self._upstreams(tick, entry, spec, used)
-            routes.append(ServiceRoute.from_spec(entry.name, spec, upstreams, self._token))
+            gateway = service_gateway(spec, tick.state)
             url = f"{self._base_url}/proxy/services/{entry.name}/"
+            hostname = None
+            if gateway is not None:
+                url = GatewayRecord.of(gateway).service_url(entry.name)
+                hostname = f"{entry.name}.{GatewayRecord.of(gateway).domain}"
+            route = ServiceRoute.from_spec(entry.name, spec, upstreams, self._token, hostname)
+            routes.append(route)
             if entry.attributes.get(SERVICE_URL_KEY) != url:
                 attributes = {**entry.attributes, SERVICE_URL_KEY: url}
                 changed[entry.address] = entry.updated(now=entry.updated_at, attributes=attributes)

@@ -1,6 +1,7 @@
 """Serving services from watch: the proxy listening here, the actor that keeps its routes
-(`service_routing.py`) and the one that scales services by the requests it counts
-(`autoscale.py`), started and stopped together."""
+(`service_routing.py`), the one that scales services by the requests it counts
+(`autoscale.py`) and the one that keeps the gateways' tunnels to it (`gateway_tunnels.py`),
+started and stopped together."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dstack_plan.errors import DstackPlanError
 if TYPE_CHECKING:
     from dstack_plan.project import Project
     from dstack_plan.watch.autoscale import Autoscaler
+    from dstack_plan.watch.gateway_tunnels import GatewayTunnels
     from dstack_plan.watch.service_routing import ServiceRouting
 
 
@@ -21,9 +23,11 @@ class Serving:
     """Where the proxy listens: `http://127.0.0.1:8080`."""
     routing: ServiceRouting
     autoscaler: Autoscaler
+    tunnels: GatewayTunnels
 
     async def close(self) -> None:
-        """Stop the proxy and close its SSH forwards."""
+        """Stop the proxy and close its SSH forwards and the gateways' tunnels."""
+        await self.tunnels.close()
         await self.routing.close()
 
 
@@ -34,6 +38,7 @@ async def serve_services(project: Project, host: str = "127.0.0.1", port: int = 
     from dstack_plan.proxy.stats import RequestStats
     from dstack_plan.proxy.token import project_token
     from dstack_plan.watch.autoscale import Autoscaler
+    from dstack_plan.watch.gateway_tunnels import GatewayTunnels
     from dstack_plan.watch.service_routing import ServiceRouting
 
     stats = RequestStats(clock=project.clock)
@@ -45,4 +50,7 @@ async def serve_services(project: Project, host: str = "127.0.0.1", port: int = 
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}"
     routing = ServiceRouting(proxy, project_token(project.directory), url)
-    return Serving(url, routing, Autoscaler(stats, project.clock.now()))
+    autoscaler = Autoscaler(stats, project.clock.now())
+    # a gateway's tunnel ends where the proxy listens (on loopback when it listens on all)
+    local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+    return Serving(url, routing, autoscaler, GatewayTunnels(local, bound))

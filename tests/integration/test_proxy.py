@@ -193,9 +193,13 @@ async def test_streams_unbuffered() -> None:
 async def test_auth_and_forwarded_headers() -> None:
     async with app_server(echo_app("private")) as upstream:
         route = ServiceRoute(
-            name="private", upstreams=[upstream], token="s3cret", probe=FAST_PROBE
+            name="private",
+            upstreams=[upstream],
+            token="s3cret",
+            probe=FAST_PROBE,
+            hostname="Private.GW.example.test",
         )
-        proxy = ServiceProxy([route], domain="gw.example.test")
+        proxy = ServiceProxy([route])
         async with running(proxy) as base, aiohttp.ClientSession() as client:
             await wait_healthy(proxy, "private", 1)
             url = f"{base}/proxy/services/private/some/path?x=1"

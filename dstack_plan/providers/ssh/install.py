@@ -142,7 +142,7 @@ class _Location:
             raise SSHError(host, f"cannot write the agent's systemd unit: {e}") from e
 
 
-async def _run(
+async def run_command(
     conn: asyncssh.SSHClientConnection,
     host: str,
     command: str,
@@ -166,7 +166,7 @@ async def _run(
 
 async def _locate(conn: asyncssh.SSHClientConnection, host: str, agent_dir: str) -> _Location:
     """Where the agent goes, which build is there, whether it runs (one command: `locate`)."""
-    _, output = await _run(conn, host, locate.script(agent_dir), "looking for the agent")
+    _, output = await run_command(conn, host, locate.script(agent_dir), "looking for the agent")
     said = locate.parse_facts(output)
     directory = said.get("dir", "")
     if not directory.startswith("/"):
@@ -261,7 +261,7 @@ async def install_agent(
         if where.sha256 is not None:  # another build: stop its agent before replacing it
             stop = where.agent_command("stop")
             script = stop if unit is None else unit.restart_stop_script(stop)
-            await _run(conn, host, script, "stopping the old agent")
+            await run_command(conn, host, script, "stopping the old agent")
         await _upload(conn, host, bundle, where)
     if unit is None:
         script = where.start_detached()
@@ -274,7 +274,7 @@ async def install_agent(
     if uploaded:
         # `|| exit`, not `&&`: the start script is a list of commands, not one
         script = f"{where.record_sha256(bundle.sha256)} || exit $?; {script}"
-    _, output = await _run(conn, host, script, "starting the agent")
+    _, output = await run_command(conn, host, script, "starting the agent")
     remote = _remote(host, where, bundle.sha256, output, uploaded=uploaded)
     if unit is not None and not remote.persistent:
         log.warning(
@@ -347,5 +347,5 @@ async def stop_agent(
     unit = where.unit(host)
     stop = where.agent_command("stop")
     script = stop if unit is None else unit.stop_script(stop)
-    _, output = await _run(conn, host, script, "stopping the agent")
+    _, output = await run_command(conn, host, script, "stopping the agent")
     return "stopped" in output.splitlines()

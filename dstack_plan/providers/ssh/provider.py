@@ -176,6 +176,14 @@ class SSHProvider(Provider):
         conn = await self.pool.connect(target)
         return await open_forward(conn, target.name, remote_port, local_port)
 
+    async def connection(self, instance: Instance) -> Connection:
+        """The pooled SSH connection to `instance`'s host (pinned host key), opened if need
+        be; SSHError when the host cannot be reached. Closed by `close`."""
+        target = self._target(instance)
+        if target is None:
+            raise ProviderError(self.name, "not a host of an SSH fleet here", instance.name)
+        return await self.pool.connect(target)
+
     def host_instances(self, fleet: str) -> list[Instance]:
         """Every host of `fleet` as a partial instance (`provisioning`, no resources), as
         `create_instances` names them: what `refresh` and `terminate` take. No I/O."""

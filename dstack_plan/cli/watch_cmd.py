@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -146,6 +145,8 @@ def watch(
 
 
 async def _has_gateways(project: Project) -> bool:
+    import asyncio
+
     snapshot = await asyncio.to_thread(project.backend.read)
     return any(e.kind == "gateway" for e in snapshot.state.resources.values())
 

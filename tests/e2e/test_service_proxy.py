@@ -79,7 +79,8 @@ def test_watch_serves_a_services_replicas_through_its_proxy(
     url = f"{base}/proxy/services/web/"
     token = (project / ".dstack" / "service-token").read_text().strip()
     auth = {"Authorization": f"Bearer {token}"}
-    assert httpx.get(url, timeout=10).status_code == 401  # auth: true by default
+    # auth: true by default (once watch's first tick has given the proxy its routes)
+    assert until(lambda: httpx.get(url, timeout=10).status_code == 401)
 
     def both() -> set[str]:
         seen = {httpx.get(url, headers=auth, timeout=10).text.strip() for _ in range(6)}

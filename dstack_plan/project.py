@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from dstack_plan.apply.deployment import Deployment
+from dstack_plan.apply.dev_ssh import DevSSHRunHandler
 from dstack_plan.apply.fleet_kinds import FleetKinds, is_cloud_fleet
 from dstack_plan.apply.fleet_load import fleet_load
 from dstack_plan.apply.fleets import FleetHandler
@@ -22,7 +23,6 @@ from dstack_plan.apply.machines import FleetMachines
 from dstack_plan.apply.placing import FleetPlacements, HostRun, place_on_fleet
 from dstack_plan.apply.quota_gate import check_plan
 from dstack_plan.apply.records import for_handler
-from dstack_plan.apply.runs import RunHandler
 from dstack_plan.apply.volume_attach import VolumeAttacher
 from dstack_plan.apply.volumes import VolumeHandler
 from dstack_plan.clock import Clock, SystemClock
@@ -191,7 +191,7 @@ class Project:
 
     def handlers(self) -> dict[str, ResourceHandler]:
         fleets = self._fleet_handler()
-        runs = RunHandler(
+        runs = DevSSHRunHandler(
             self.machines,
             self.secrets,
             self.deployment,

@@ -44,6 +44,20 @@ def _block_stray_network_access():
     socket.socket.connect_ex = real_connect_ex  # type: ignore[method-assign]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _keep_off_the_users_ssh_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`dstack attach` run in-process writes dev environments' SSH entries to a temp dir
+    and never includes them from the real ~/.ssh/config (`inspect/ssh_config.py`)."""
+    name = "DSTACK_PLAN_SSH_CONFIG_DIR"
+    before = os.environ.get(name)
+    os.environ[name] = str(tmp_path_factory.mktemp("ssh-config"))
+    yield
+    if before is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = before
+
+
 def require(variable: str, reason: str) -> None:
     """Skip with `reason`, or fail when CI set `variable` to demand the dependency."""
     if os.environ.get(variable) == "1":

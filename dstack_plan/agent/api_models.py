@@ -102,6 +102,30 @@ class RegistryCredentials(BaseModel):
     password: SecretStr
 
 
+class SSHAccess(BaseModel):
+    """`ssh` of a job spec: the agent starts an SSH server for the job (on the host's
+    127.0.0.1 only) that lets the holder of `public_key` in (`agent/job_sshd.py`)."""
+
+    model_config = _REQUEST
+    public_key: str = Field(pattern=r"^(ssh|ecdsa|sk-)[^\n]+$")
+    """One OpenSSH public key line (`ssh-ed25519 AAAA... comment`)."""
+
+
+class SSHServerInfo(BaseModel):
+    """Where a job's SSH server listens on its host and the host key it presents; `error`
+    (and nothing else) when it could not be started."""
+
+    model_config = _ANSWER
+    port: int | None = None
+    host_key: str | None = None
+    """`<algorithm> <base64>`: what the client pins."""
+    user: str | None = None
+    """Who to log in as."""
+    working_dir: str | None = None
+    """Where a session starts (the container's or the process's working dir)."""
+    error: str | None = None
+
+
 class JobSpec(BaseModel):
     """What to run. Env values may be secrets (`pydantic.SecretStr`, or the config's `Secret`,
     anything with `reveal()`): they are sent to the agent, which keeps them in memory only, and
@@ -142,6 +166,9 @@ class JobSpec(BaseModel):
     """The sha256 of a code archive uploaded with `AgentClient.put_blob`: the agent unpacks
     it into the job's working dir (`wd/`), the user's home (`home/`) and `/` (`abs/`) before
     the job's commands start."""
+    ssh: SSHAccess | None = None
+    """An SSH server for the job (dev environments); left out of the request when unset, so
+    agents that predate it accept the rest."""
 
     @model_validator(mode="after")
     def _share_of_one_gpu(self) -> JobSpec:
@@ -173,8 +200,10 @@ class JobSpec(BaseModel):
         secret_env), registry credentials (if any) in clear."""
         data = self.model_dump(
             mode="json",
-            exclude={"env", "secret_env", "registry_auth", "code", "gpu_share", "disks"},
+            exclude={"env", "secret_env", "registry_auth", "code", "gpu_share", "disks", "ssh"},
         )
+        if self.ssh is not None:
+            data["ssh"] = self.ssh.model_dump(mode="json")
         if self.disks:  # left out when none, so agents that predate the field accept the rest
             data["disks"] = [d.model_dump(mode="json") for d in self.disks]
         if self.code is not None:  # left out when unset, as registry_auth below
@@ -234,6 +263,9 @@ class JobInfo(BaseModel):
     logs_truncated: bool = False
     spec: dict[str, Any] = {}
     """The spec as the agent stores it: secret env values read `(redacted)`."""
+    ssh: SSHServerInfo | None = None
+    """The job's SSH server, for a spec with `ssh`: None while it starts (and after the job
+    ended), or from agents that predate it."""
 
     @property
     def finished(self) -> bool:

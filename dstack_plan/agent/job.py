@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from dstack_plan.agent.job_sshd import SSHServer
 from dstack_plan.agent.logstore import LogStore
 from dstack_plan.agent.protocol import FINISHED_STATUSES, SUBMITTED
 from dstack_plan.agent.spec import JobSpec, parse_job_spec
@@ -58,6 +59,10 @@ class Job:
     """The workload was started (a stop must go through the runtime, not just end the job)."""
     secrets_lost: bool = False
     """Loaded from disk after a restart: secret env values are gone."""
+    sshd: SSHServer | None = None
+    """The job's SSH server (`job_sshd`), once started, for a spec with `ssh`."""
+    activity_saved_at: float = 0.0
+    """When activity an SSH session made was last written to the record (not recorded)."""
 
     @property
     def id(self) -> str:
@@ -99,6 +104,7 @@ class Job:
             "pid_start": self.pid_start,
             "stop": None if self.stop is None else self.stop.to_dict(),
             "started": self.started,
+            **({} if self.sshd is None else {"sshd": self.sshd.record()}),
         }
 
     def info(self) -> dict[str, Any]:
@@ -111,7 +117,15 @@ class Job:
             "log_size": self.logs.end,
             "log_first_offset": self.logs.first_offset,
             "logs_truncated": self.logs.first_offset > 0,
+            **self._ssh_info(),
         }
+
+    def _ssh_info(self) -> dict[str, Any]:
+        """`ssh`: how to reach the job's SSH server (`{port, host_key, user, working_dir}`,
+        or `{error}`), null while it starts; absent for a job that asked for none."""
+        if self.spec.ssh is None:
+            return {}
+        return {"ssh": None if self.sshd is None else self.sshd.info()}
 
     @classmethod
     def from_record(cls, record: dict[str, Any], logs: LogStore) -> Job:
@@ -141,4 +155,5 @@ class Job:
             stop=None if not stop else StopRequest(**stop),
             started=bool(record.get("started")),
             secrets_lost=True,
+            sshd=SSHServer.from_record(record.get("sshd")),
         )

@@ -5,8 +5,10 @@ from __future__ import annotations
 import builtins
 import logging
 import shutil
+import subprocess
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from dstack_plan.agent.blobs import BlobStore
@@ -15,6 +17,14 @@ from dstack_plan.agent.dockerlib import DockerEngine
 from dstack_plan.agent.gpualloc import GpuAllocator, GpuUnavailable
 from dstack_plan.agent.gpushare import mps_dirs, share_env, sharing_mode
 from dstack_plan.agent.job import Job, StopRequest
+from dstack_plan.agent.job_sshd import (
+    SSHDError,
+    SSHServer,
+    has_sessions,
+    sshd_alive,
+    start_sshd,
+    stop_sshd,
+)
 from dstack_plan.agent.logstore import LogStore
 from dstack_plan.agent.protocol import (
     ABORTED_BY_USER,
@@ -51,6 +61,8 @@ _STOP_MESSAGES = {
     TERMINATED_DUE_TO_UTILIZATION_POLICY: "GPU utilization stayed under utilization_policy",
 }
 FORCE_DELETE_WAIT = 15.0
+SESSION_ACTIVITY_SAVE = 30.0
+"""Seconds between writes of the activity an open SSH session makes (it is noted at once)."""
 
 
 class ApiError(Exception):
@@ -117,6 +129,7 @@ class JobManager:
                 self._jobs[job.id] = job
             if job.finished:
                 job.logs.close()
+                stop_sshd(job.sshd)  # left by an agent that died as the job ended
                 continue
             self._gpus.claim(job.id, job.gpus, job.spec.gpu_share)
             if job.runtime == RUNTIME_PROCESS:
@@ -161,7 +174,42 @@ class JobManager:
                     )
             self._persist(job)
             self._changed.notify_all()
-            return job.stop
+            stop = job.stop
+            wants_sshd = job.spec.ssh is not None and not job.finished and stop is None
+        if wants_sshd:
+            self._ensure_sshd(job)
+        return stop
+
+    def _ensure_sshd(self, job: Job) -> None:
+        """Start the job's SSH server beside it (a re-adopted job keeps the one it had)."""
+        if sshd_alive(job.sshd):
+            return
+        threading.Thread(
+            target=self._start_sshd, args=(job,), name=f"sshd-{job.id}", daemon=True
+        ).start()
+
+    def _start_sshd(self, job: Job) -> None:
+        assert job.spec.ssh is not None
+        try:
+            target = self.runtimes[job.runtime].session_target(job)
+            server = start_sshd(
+                self._data.job_dir(job.id) / "sshd", job.spec.ssh.public_key, target
+            )
+        except (SSHDError, StartError, OSError, subprocess.SubprocessError) as e:
+            log.warning("job %s: no SSH server: %s", job.id, e)
+            server = SSHServer(error=str(e))
+        with self._lock:
+            if job.finished or self._jobs.get(job.id) is not job:
+                ended = True
+            else:
+                ended = False
+                job.sshd = server
+                self._persist(job)
+                self._changed.notify_all()
+        if ended:
+            stop_sshd(server)  # the job ended while it started
+        else:
+            log.info("job %s: SSH server on 127.0.0.1:%s", job.id, server.port)
 
     def append_log(self, job: Job, data: bytes, cursor: str | None = None) -> None:
         job.logs.append(data, cursor)
@@ -227,6 +275,9 @@ class JobManager:
             handle = self._deadlines.pop(job.id, None)
             if handle is not None:
                 self._timers.cancel(handle)
+            # a finished job has no SSH server to reach (gone before anyone sees it finished)
+            stop_sshd(job.sshd)
+            job.sshd = None
             if job.id in self._jobs:
                 self._persist(job)
             self._changed.notify_all()
@@ -318,6 +369,8 @@ class JobManager:
             raise ApiError(400, f"status: unknown status {status!r}", "status")
         with self._lock:
             jobs = sorted(self._jobs.values(), key=lambda j: j.submitted_at)
+        self._note_sessions(jobs)
+        with self._lock:
             return [
                 j.info()
                 for j in jobs
@@ -328,8 +381,27 @@ class JobManager:
     def info(self, job_id: str) -> dict[str, Any]:
         """Info of one job."""
         job = self.get(job_id)
+        self._note_sessions([job])
         with self._lock:
             return job.info()
+
+    def _note_sessions(self, jobs: Iterable[Job]) -> None:
+        """An SSH session open into a job (an IDE, `ssh <run>`) is activity, as a touch is:
+        noted whenever someone asks about the job (watch does every tick), and written to the
+        record at most every SESSION_ACTIVITY_SAVE seconds."""
+        with_sessions = [j for j in jobs if j.sshd is not None and not j.finished]
+        with_sessions = [j for j in with_sessions if has_sessions(j.sshd)]
+        if not with_sessions:
+            return
+        now = time.time()
+        with self._lock:
+            for job in with_sessions:
+                if job.finished:
+                    continue
+                job.last_activity_at = max(job.last_activity_at or 0.0, now)
+                if now - job.activity_saved_at >= SESSION_ACTIVITY_SAVE:
+                    job.activity_saved_at = now
+                    self._persist(job)
 
     def stop(
         self,

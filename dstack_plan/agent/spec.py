@@ -15,6 +15,12 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?")
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_PUBLIC_KEY = re.compile(
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com"
+    r"|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}(?: [\x20-\x7e]{1,256})?"
+)
+"""One OpenSSH public key line (`ssh-ed25519 AAAA... comment`): no options, no newline, so
+it can go into an authorized_keys file as it is."""
 
 ENV_VALUE_MAX = 64 * 1024
 ENV_TOTAL_MAX = 1024 * 1024
@@ -75,6 +81,17 @@ class RegistryAuth:
 
 
 @dataclass(frozen=True)
+class SSHAccess:
+    """`ssh: {public_key}`: the agent starts an SSH server for the job (`job_sshd`) that lets
+    the holder of this key in, reachable on the host's 127.0.0.1 only."""
+
+    public_key: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"public_key": self.public_key}
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A validated job. `env` and `registry_auth` hold secret values in memory only; see
     `to_dict(redact=True)`."""
@@ -107,6 +124,8 @@ class JobSpec:
     registry_auth: RegistryAuth | None = None
     code: str | None = None
     """The sha256 of an uploaded code archive, unpacked into the job before it starts."""
+    ssh: SSHAccess | None = None
+    """An SSH server for the job (dev environments), letting this public key in."""
 
     @property
     def gpu_count(self) -> int:
@@ -126,6 +145,7 @@ class JobSpec:
         code = {} if self.code is None else {"code": self.code}
         share = {} if self.gpu_share is None else {"gpu_share": self.gpu_share}
         disks = {"disks": [_disk_dict(d) for d in self.disks]} if self.disks else {}
+        ssh = {} if self.ssh is None else {"ssh": self.ssh.to_dict()}
         return {
             "id": self.id,
             "run_name": self.run_name,
@@ -161,6 +181,7 @@ class JobSpec:
             "max_duration": self.max_duration,
             "registry_auth": None if auth is None else auth.to_dict(redact),
             **code,
+            **ssh,
         }
 
 
@@ -320,6 +341,7 @@ def parse_job_spec(data: Any) -> JobSpec:
     code = c.optional_string("code", 64)
     if code is not None and not _SHA256.fullmatch(code):
         c.bad("code", "must be the sha256 (64 lower-case hex digits) of an uploaded archive")
+    ssh = _check_ssh(c)
 
     if image is None:
         _check_process_only(c, commands, entrypoint, volumes, privileged, network_mode)
@@ -358,7 +380,22 @@ def parse_job_spec(data: Any) -> JobSpec:
         registry_auth=registry_auth,
         max_duration=max_duration,
         code=code,
+        ssh=ssh,
     )
+
+
+def _check_ssh(c: _Checker) -> SSHAccess | None:
+    value = c.data.get("ssh")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"public_key"}:
+        c.bad("ssh", "must be an object with exactly public_key")
+        return None
+    key = c.string("ssh.public_key", value["public_key"], 16 * 1024)
+    if key is not None and not _PUBLIC_KEY.fullmatch(key.strip()):
+        c.bad("ssh.public_key", "must be one OpenSSH public key line (ssh-ed25519 AAAA...)")
+        return None
+    return None if key is None else SSHAccess(key.strip())
 
 
 def _check_env(c: _Checker) -> tuple[dict[str, str], list[str]]:

@@ -20,7 +20,7 @@ from dstack_plan.apply.code_upload import ensure_code
 from dstack_plan.apply.handlers import ApplyContext
 from dstack_plan.apply.jobs import JobContext, JobSlot, build_job, run_kind, slots
 from dstack_plan.apply.machines import Machine
-from dstack_plan.config.runs import RunSpec, TaskSpec
+from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import AgentError, ProviderError
 
@@ -78,6 +78,9 @@ async def submit_jobs(
         hosts = {j.machine.host for j in placed}
         await asyncio.gather(*(ensure_code(agents[h], code) for h in hosts))
 
+    # a dev environment's jobs run an SSH server that lets the project key in (`dstack attach`)
+    ssh_key = dev_environment_key(run.spec, ctx.project_dir)
+
     async def one(job: PlacedJob) -> Submitted:
         spec = build_job(
             run.spec,
@@ -88,6 +91,7 @@ async def submit_jobs(
             code=code.sha256 if code else None,
             host_gpus=job.machine.resources.gpus if job.machine.resources else (),
             disks=run.disks.get(job.slot, ()),
+            ssh_public_key=ssh_key,
         )
         ctx.progress(address, f"submitting job {spec.id} to {job.machine.host}")
         info = await agents[job.machine.host].submit(spec)
@@ -100,6 +104,16 @@ async def submit_jobs(
         if len(submitted) < len(placed):  # the next wave waits for this one to run
             await _until_running(started, agents, ctx, address)
     return list(await asyncio.gather(*(_with_host_ports(s, agents, ctx) for s in submitted)))
+
+
+def dev_environment_key(spec: RunSpec, project_dir: str) -> str | None:
+    """The public key a run's jobs let in over SSH: the project key's for a dev environment
+    (`providers/project_key.py`, created on first use), None for tasks and services."""
+    if not isinstance(spec, DevEnvironmentSpec):
+        return None
+    from dstack_plan.providers.project_key import project_key
+
+    return project_key(project_dir).public_openssh
 
 
 def _context(run: RunSubmission, placed: Sequence[PlacedJob]) -> JobContext:

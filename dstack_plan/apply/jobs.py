@@ -14,6 +14,7 @@ from dstack_plan.agent.api_models import (
     JobSpec,
     PortMapping,
     RegistryCredentials,
+    SSHAccess,
     VolumeMount,
 )
 from dstack_plan.config import interpolation
@@ -101,11 +102,13 @@ def build_job(
     code: str | None = None,
     host_gpus: Sequence[GPU] = (),
     disks: Sequence[DiskMount] = (),
+    ssh_public_key: str | None = None,
 ) -> JobSpec:
     """The agent's job spec for one slot; secret values travel as SecretStr, never logged.
     `code`: the sha256 of the run's code archive, uploaded to the job's agent beforehand;
     `host_gpus`: the GPUs of its machine (how many a `total_memory` takes depends on them);
-    `disks`: the network volumes attached to its machine for it."""
+    `disks`: the network volumes attached to its machine for it; `ssh_public_key`: the key
+    the job's SSH server lets in (a dev environment's: the project key, `dstack attach`)."""
     environ = os.environ if environ is None else environ
     values = {
         "run": {"args": run_args, "name": ctx.run_name},
@@ -156,6 +159,7 @@ def build_job(
         max_duration=_seconds(spec.max_duration),
         registry_auth=_credentials(spec.registry_auth, values, secrets, ctx.run_name),
         code=code,
+        ssh=SSHAccess(public_key=ssh_public_key) if ssh_public_key else None,
     )
 
 
@@ -188,8 +192,12 @@ def network_mode(spec: RunSpec) -> Literal["host", "bridge"]:
     """`bridge` for a container with ports, so Docker maps each to a free host port and
     replicas on one host never clash; `host` for the rest. The nodes of a multi-node task
     keep the host network (they reach each other by host address, and each has its own
-    machine), and a job without an image is a plain process, on the host network."""
+    machine), and a job without an image is a plain process, on the host network. So does a
+    dev environment (as dstack's do): an IDE's port forwards through its SSH session arrive
+    on the host's loopback (`agent/job_sshd.py`), where only the host network meets them."""
     if spec.image is None or (isinstance(spec, TaskSpec) and spec.node_count() > 1):
+        return "host"
+    if isinstance(spec, DevEnvironmentSpec):
         return "host"
     if isinstance(spec, ServiceSpec) or container_ports(spec, JobSlot(0, 0)):
         return "bridge"

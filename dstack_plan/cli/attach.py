@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dstack_plan.cli.output import Line
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.inspect.dev_ssh import DevAccess
     from dstack_plan.inspect.ports import PortOverride, RunPorts
     from dstack_plan.project import Project
     from dstack_plan.state.model import ResourceState
@@ -31,12 +33,14 @@ async def attach_runs(
     exit code 0. Services and dev environments never end: Ctrl-C detaches (the jobs keep
     running, the forwards close) and counts as success unless a job already failed. While
     attached, dev environments are touched every 30 s (`inspect.activity`), so watch does
-    not stop them for `inactivity_duration`.
+    not stop them for `inactivity_duration`. A dev environment first gets its `Host <run>`
+    SSH entry (`inspect.dev_ssh`): `ssh <run>` and the `ide:` link are printed.
     `explain` also says so when a run has no port to forward.
     """
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.cli.output import print_lines, styled
     from dstack_plan.inspect.activity import keep_touching
+    from dstack_plan.inspect.dev_ssh import attach_dev_environments
     from dstack_plan.inspect.ports import forward_ports
     from dstack_plan.inspect.stream import attached_runs, stream_runs
 
@@ -48,6 +52,7 @@ async def attach_runs(
     interrupt = Interrupt()
     interrupt.subscribe(lambda count: stop.set())
     with interrupt.signal_handlers():
+        print_lines(ssh_lines(await attach_dev_environments(project, runs, stop=stop)))
         async with forward_ports(project, runs, ports, stop=stop) as opened:
             print_lines(port_lines(opened, runs, explain))
             what = "Attached to" if logs else "Forwarding the ports of"
@@ -73,6 +78,23 @@ async def attach_runs(
     if result.detached:
         print_lines([f"Detached from {names}; stop with: dstack stop <run> (see dstack ps)"], True)
     return not result.failed
+
+
+def ssh_lines(accesses: Sequence[DevAccess | DstackPlanError]) -> list[Line]:
+    """`SSH: ssh dev` and `Open in VS Code: vscode://...` per dev environment, or why its
+    SSH entry could not be written."""
+    from dstack_plan.cli.output import styled
+    from dstack_plan.errors import DstackPlanError
+
+    lines: list[Line] = []
+    for access in accesses:
+        if isinstance(access, DstackPlanError):
+            lines.append((styled(f"No SSH: {access}", "yellow"),))
+            continue
+        lines.append(f"SSH: {access.ssh_command}")
+        if access.ide_link is not None:
+            lines.append(f"Open in {access.ide_name}: {access.ide_link}")
+    return lines
 
 
 def port_lines(opened: RunPorts, runs: list[ResourceState], explain: bool) -> list[Line]:

@@ -109,6 +109,10 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
     from dstack_plan.state.commit import commit_async
 
     await commit_async(project.backend, record)
+    if run.kind == "dev-environment":  # its jobs are gone: so is the SSH entry attach wrote
+        from dstack_plan.inspect.dev_ssh import forget
+
+        forget(run)
     return StopResult(
         address=run.address,
         status=status,

@@ -33,11 +33,16 @@ def write_private_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> N
 
     With `sync_dir` the directory is fsynced too, so the rename itself is durable.
     """
+    write_atomic(path, data, mode=PRIVATE_MODE, sync_dir=sync_dir)
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int, sync_dir: bool = True) -> None:
+    """`write_private_atomic` with the file's `mode` chosen (exactly that, from creation)."""
     tmp = temp_path_for(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_MODE)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
-        # The umask can only narrow the mode; make it exactly 0600 before any byte lands.
-        os.fchmod(fd, PRIVATE_MODE)
+        # The umask can only narrow the mode; make it exactly `mode` before any byte lands.
+        os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -28,12 +28,14 @@ def agent_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def cli_env(agent_dir: Path) -> dict[str, str]:
+def cli_env(agent_dir: Path, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSTACK_")}
     env.update(
         NO_COLOR="1",
         COLUMNS="200",
         DSTACK_PLAN_AGENT_DIR=str(agent_dir),
+        # `dstack attach` on a dev environment writes its SSH entry here, never into ~/.ssh
+        DSTACK_PLAN_SSH_CONFIG_DIR=str(tmp_path / "ssh-config"),
         PYTHONPATH=str(REPO_ROOT),
         # Cloud SDKs looking for credentials would ask the metadata server of a cloud VM
         # (169.254.169.254): keep them on this machine

@@ -65,6 +65,11 @@ class Runtime:
         """Kill the workload now."""
         self.stop(job, 0)
 
+    def session_target(self, job: Job) -> dict[str, Any]:
+        """Where an SSH session into the running job goes (`ssh_session.py`'s SESSION.json
+        without the host's programs): `runtime`, `working_dir` and what the runtime needs."""
+        raise StartError(EXECUTOR_ERROR, f"the {self.name} runtime cannot open SSH sessions")
+
     def cleanup(self, job: Job) -> None:
         """Release what the finished job left behind (containers...)."""
 

@@ -384,6 +384,17 @@ class DockerRuntime(Runtime):
             ).start()
         return self._follow_engine(api, job, ctl, StreamCursor(job.logs.cursor))
 
+    def session_target(self, job: Job) -> dict[str, Any]:
+        """`docker exec` into the container: its user, env and working dir are the job's."""
+        if not job.container_id:
+            raise StartError(EXECUTOR_ERROR, "the job has no container")
+        config = self._api().inspect_container(job.container_id)["Config"]
+        return {
+            "runtime": RUNTIME_DOCKER,
+            "container": job.container_id,
+            "working_dir": config.get("WorkingDir") or "/",
+        }
+
     # -- stopping --------------------------------------------------------------------------
 
     def stop(self, job: Job, timeout: float) -> None:

@@ -17,7 +17,8 @@ from typing import Any
 
 from dstack_plan.agent.blobs import ABS, HOME, WD, BlobStore, UnpackError, unpack
 from dstack_plan.agent.job import Job
-from dstack_plan.agent.protocol import EXECUTOR_ERROR, RUNTIME_PROCESS
+from dstack_plan.agent.proctree import process_start_ticks
+from dstack_plan.agent.protocol import EXECUTOR_ERROR, REDACTED, RUNTIME_PROCESS
 from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError, host_network_ports
 
 log = logging.getLogger(__name__)
@@ -27,21 +28,6 @@ _VISIBLE_DEVICES = {
     "nvidia": ("CUDA_VISIBLE_DEVICES",),
     "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
 }
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot; with the pid, it names one process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Field 22 (starttime); the command name (field 2) may hold spaces, so count after ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 def kill_group(pgid: int | None, sig: int) -> None:
@@ -156,6 +142,20 @@ class ProcessRuntime(Runtime):
         finally:
             with self._lock:
                 self._procs.pop(job.id, None)
+
+    def session_target(self, job: Job) -> dict[str, Any]:
+        """A shell in the job's working dir as its user, with its env (but for secret values,
+        which never go to disk)."""
+        secret = set(job.spec.secret_env)
+        env = {k: v for k, v in job.spec.env.items() if k not in secret and v != REDACTED}
+        env.update(gpu_env(job.gpu_vendor, job.gpus))
+        env.update(job.gpu_share_env)
+        return {
+            "runtime": RUNTIME_PROCESS,
+            "user": job.spec.user,
+            "working_dir": str(self._working_dir(job)),
+            "env": env,
+        }
 
     def _unpack_code(self, job: Job, cwd: Path) -> None:
         """Put the job's code archive in place: `wd/` in its working dir, `home/` in its

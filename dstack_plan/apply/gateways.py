@@ -1,4 +1,4 @@
-"""`type: gateway`: services at `https://<run>.<domain>/`, from a host of an SSH fleet.
+"""`type: gateway`: services at `https://<run>.<domain>/`, from a host of a fleet.
 
 Creating one puts the relay (`proxy/gateway_relay.py`) on the host and starts it on
 `port` with the TLS certificate the configuration names (`proxy/gateway_install.py`); the
@@ -6,7 +6,8 @@ entry records where (fleet, host, address, port, the relay's directory and tunne
 Requests reach the services once a `dstack watch` holds the SSH reverse tunnel to its proxy
 (`watch/gateway_tunnels.py`): the relay terminates TLS and passes the bytes on; watch's
 proxy routes by host name, checks tokens and reaches the replicas. Deleting stops the
-relay and removes its files, key included. Cloud backends cannot create gateways yet.
+relay and removes its files, key included. The host may be a cloud fleet's machine (a
+one-node fleet declared for it): cloud backends do not create gateway machines themselves.
 """
 
 from __future__ import annotations
@@ -75,7 +76,11 @@ class GatewayHandler(ResourceHandler):
     def cannot_create(self, kind: str, provider: str) -> str | None:
         if provider == SSH_BACKEND:
             return None
-        return self._unsupported.cannot_create(kind, provider)
+        return (
+            f"the {provider} provider cannot create gateways in this version: declare a "
+            "one-node cloud fleet and put the gateway on its machine (backend: ssh, fleet: "
+            "NAME; see docs/services.md)"
+        )
 
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
         from dstack_plan.proxy.gateway_install import install_gateway

@@ -46,11 +46,12 @@ def _certificate(value: Any) -> Any:
 class GatewaySpec(ResourceSpec):
     type: Literal["gateway"] = "gateway"
     backend: Literal["aws", "azure", "gcp", "kubernetes", "local", "ssh"]
-    """`ssh` (an extension): a host of an SSH fleet of this project (`fleet`, `host`)."""
+    """`ssh` (an extension): a host of a fleet of this project, reached over SSH (`fleet`,
+    `host`): an SSH fleet's, or the machine of a one-node cloud fleet."""
     region: str | None = None
     """Required, except for `backend: ssh`."""
     fleet: str | None = None
-    """`backend: ssh`: the SSH fleet whose host serves the gateway."""
+    """`backend: ssh`: the fleet whose host serves the gateway (SSH, or cloud)."""
     host: str | None = None
     """`backend: ssh`: which host of `fleet` (its `hostname`); the fleet's first by default."""
     port: int = Field(default=443, ge=1, le=65535)

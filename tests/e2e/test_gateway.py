@@ -2,7 +2,8 @@
 apply starts the relay there with a self-signed certificate, `dstack watch` holds the
 reverse tunnel, and `https://web.example.test/` (resolved to the namespace address inside
 the test only) reaches the service's replica on the fleet, its token required. The
-gateway cannot leave while a service names it, and destroy stops its relay."""
+gateway cannot leave while a service names it, and destroy stops its relay. The same on the
+machine of a one-node cloud fleet (aws on moto server, the machine a namespace host)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.e2e.conftest import CLI, Dstack
+from tests.e2e.test_cloud_fleet import FLEET, cloud, ec2  # noqa: F401 - fixtures
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_service_proxy import until
 from tests.e2e.test_ssh_fleet import remote, write_fleet  # noqa: F401 - fixture
@@ -167,4 +169,29 @@ def test_a_gateway_on_an_ssh_host_serves_a_service_over_tls_through_ssh_tunnels(
     (project / "gw.dstack.yml").write_text(GATEWAY)
 
     assert dstack("destroy", "-y").returncode == 0
+    assert until(lambda: refused(address, 443))
+
+
+def test_a_gateway_on_a_one_machine_cloud_fleet(
+    dstack: Dstack,
+    cloud: Path,  # noqa: F811
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+    watch: Any,
+) -> None:
+    project = cloud  # aws on moto: its first machine is namespace host h2
+    (project / "fleet.dstack.yml").write_text(FLEET.format(nodes=1).replace("burst", "edge"))
+    cert = self_signed(project)
+    (project / "gw.dstack.yml").write_text(GATEWAY.replace("onprem", "edge"))
+    (project / "web.dstack.yml").write_text(SERVICE.replace("onprem", "edge"))
+    applied = dstack("apply", "-y", timeout=300)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_for_status(dstack, "service.web", {"running"}, timeout=60)
+    address = ssh_hosts["h2"].address
+    assert state(project)["resources"]["gateway.gw"]["attributes"]["address"] == address
+    watch()
+    token = (project / ".dstack" / "service-token").read_text().strip()
+    served = until(lambda: (r := https_get(address, cert, token)).status_code == 200 and r)
+    assert served.text.strip() == "served-by-h2"
+    assert dstack("destroy", "-y", timeout=300).returncode == 0
     assert until(lambda: refused(address, 443))

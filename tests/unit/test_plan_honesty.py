@@ -174,7 +174,9 @@ def test_the_project_plan_refuses_unconfigured_cloud_fleets_volumes_and_gateways
     assert lines[1:4] == [
         "  fleet.cloud: a cloud backend is not configured in .dstack/backends.yml (dstack init "
         "--backend aws)",
-        "  gateway.gw: the aws provider cannot create gateways in this version",
+        "  gateway.gw: the aws provider cannot create gateways in this version: declare a "
+        "one-node cloud fleet and put the gateway on its machine (backend: ssh, fleet: NAME; "
+        "see docs/services.md)",
         "  volume.data: aws: not configured in .dstack/backends.yml (dstack init --backend aws)",
     ]
     assert not (tmp_path / "a").exists()  # refused before any agent was asked

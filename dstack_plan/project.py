@@ -6,7 +6,7 @@ Everything the CLI does goes through `Project`; the CLI only parses flags and re
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,9 +101,12 @@ class Project:
         run_args: str = "",
         progress: Callable[[str, str], None] | None = None,
         labels: Mapping[str, str] | None = None,
+        configs: Sequence[Resource] = (),
     ):
         self.directory = Path(directory)
         self.files = files
+        self.configs = tuple(configs)
+        """Resources declared in Python (`dstack_plan.sdk`'s builders), beside the files'."""
         self.stdin = stdin
         self.clock = clock or SystemClock()
         self.run_args = run_args
@@ -141,8 +144,9 @@ class Project:
 
     def load(self) -> Desired:
         if self._desired is None:
-            loaded = load_project(self.directory, self.files, stdin=self.stdin)
-            self._desired = with_run_labels(loaded, self.labels)
+            self._desired = self._declared(
+                load_project(self.directory, self.files, stdin=self.stdin)
+            )
         return self._desired
 
     def desired_items(self) -> list[DesiredItem]:
@@ -396,8 +400,14 @@ class Project:
         except BaseException:
             loading.cancel()
             raise
-        self._desired = with_run_labels(loading.finish(), self.labels)
+        self._desired = self._declared(loading.finish())
         return snapshot
+
+    def _declared(self, loaded: Desired) -> Desired:
+        """What the files declare, with the resources given in Python and the run labels."""
+        if self.configs:
+            loaded = _with_configs(loaded, self.configs)
+        return with_run_labels(loaded, self.labels)
 
     def _state_read_cost(self) -> int:
         """What reading the state costs, in bytes of YAML that take as long to load."""
@@ -696,3 +706,27 @@ def _starts(
     if item.address in refresh.drift or item.address in refresh.crashed:
         return True
     return bool(diff_specs(item.kind, current.spec, item.spec).changed)
+
+
+def _with_configs(loaded: Desired, configs: Sequence[Resource]) -> Desired:
+    """The files' resources and those declared in Python; one address declared twice is a
+    ConfigError naming both places."""
+    from dstack_plan.errors import ConfigError, ConfigIssue
+
+    resources = dict(loaded.resources)
+    issues = []
+    for resource in configs:
+        other = resources.get(resource.address) or loaded.presets.get(resource.address)
+        if other is not None:
+            issues.append(
+                ConfigIssue(
+                    resource.source.file,
+                    1,
+                    1,
+                    f"{resource.address} is also declared in {other.source}",
+                )
+            )
+        resources[resource.address] = resource
+    if issues:
+        raise ConfigError(issues)
+    return Desired(resources=resources, files=loaded.files, presets=dict(loaded.presets))

@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from itertools import count, islice
 from pathlib import Path
@@ -132,6 +132,15 @@ def load_text(
     MAX_ISSUES)."""
     with gc_paused():  # a no-op inside load_project, which pauses it already
         return _load_text(text, display, name_hint)
+
+
+def load_mapping(data: Mapping[str, Any], display: str) -> tuple[Resource | None, list[str]]:
+    """One configuration given as a mapping rather than YAML (the Python SDK's builders),
+    validated as a document of a file is, by the same models: the resource, or the problems,
+    each message starting with its field path (`resources.memory: invalid ...`)."""
+    pending: list[PendingIssue] = []
+    resource = _build(dict(data), 0, display, "sdk", pending)
+    return resource, [shorten(p.message, MESSAGE_LIMIT) for p in pending]
 
 
 def _load_text(

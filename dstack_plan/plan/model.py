@@ -185,6 +185,12 @@ class Plan(Frozen):
     def has_changes(self) -> bool:
         return any(c.action is not Action.NOOP for c in self.changes)
 
+    def _repr_html_(self) -> str:
+        """A notebook's view of the plan: its changes as a table."""
+        from dstack_plan.sdk.html import plan_table
+
+        return plan_table(self)
+
     def counts(self) -> tuple[int, int, int]:
         """(to add, to change, to destroy) as Terraform counts them: a replace is +1 and -1."""
         add = change = destroy = 0

@@ -78,6 +78,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "top": ("top_cmd", "top", {}),
     "events": ("events_cmd", "events", {}),
     "watch": ("watch_cmd", "watch", {}),
+    "ui": ("ui_cmd", "ui", {}),
 }
 # name -> module whose `app` is a typer group of subcommands
 _GROUPS: dict[str, str] = {

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dstack_plan.cli import common
+from dstack_plan.cli.ui_cmd import BindOpt
 
 LEASE_TTL = 15.0
 """Seconds a leader's lease lasts unrenewed: a standby acts within this (plus a tick) after the
@@ -17,8 +18,10 @@ leader dies."""
 
 if TYPE_CHECKING:
     from dstack_plan.project import Project
+    from dstack_plan.watch.loop import Reporter
     from dstack_plan.watch.model import TickReport
     from dstack_plan.watch.serving import Serving
+    from dstack_plan.web.server import WebServer
 
 
 def watch(
@@ -49,6 +52,13 @@ def watch(
         help="The address --proxy-port listens on (another than 127.0.0.1 exposes every "
         "service with `auth: false` to that network).",
     ),
+    ui: bool = typer.Option(
+        False,
+        "--ui",
+        help="Also serve the read-only HTTP API and UI (as `dstack ui`) on --bind, with "
+        "metrics history of the last hours.",
+    ),
+    bind: str = BindOpt,
 ) -> None:
     """Reconcile the runs in state with what their agents report, tick after tick.
 
@@ -69,7 +79,8 @@ def watch(
     holds the SSH tunnels the gateway's requests come through. With --log-format
     json (a global option, before `watch`), every status change, retry and stop is also a
     JSON line on stderr (ts, level, event, address, job_id, host, resource_type, span_id,
-    ...).
+    ...). With --ui, the read-only HTTP API (docs/api.md) is served on --bind
+    (127.0.0.1:3000), with the metrics of every tick of the last hours kept in memory.
     """
     from dstack_plan.config.units import parse_duration
     from dstack_plan.errors import DstackPlanError
@@ -100,6 +111,11 @@ def watch(
         print_lines([f"{at} {address}: {old} -> {new}" for address, old, new in changes])
 
     metrics = WatchMetrics()
+    history = None
+    if ui:
+        from dstack_plan.web.history import History
+
+        history = History(project.clock)
 
     def export(tick: TickReport, changes: list[tuple[str, str, str]]) -> None:
         metrics.observe(tick)
@@ -113,7 +129,13 @@ def watch(
 
             print_lines([f"Metrics: http://{server.host}:{server.port}/metrics"])
             sys.stdout.flush()
+        web: WebServer | None = None
+        serving: Serving | None = None
         try:
+            if history is not None:
+                from dstack_plan.cli.ui_cmd import serve_ui
+
+                web = await serve_ui(project, bind, directory, state, history)
             lease = LeaderLease(
                 project.backend, new_holder_id(), ttl=LEASE_TTL, clock=project.clock
             )
@@ -122,14 +144,16 @@ def watch(
             logged = bool(logging.getLogger().handlers)
             log_class = LoggedEventLog if logged else EventLog
             events = log_class(project.backend, secret_guard=project.guard)
-            serving = None
             if proxy_port is not None:
                 serving = await _serve_services(project, proxy_host, proxy_port)
             elif await _has_gateways(project):  # a gateway's requests come to this proxy
                 serving = await _serve_services(project, proxy_host, 0)
             actors = default_actors(serving)
+            reporters: list[Reporter] = [report, export]
+            if history is not None:  # the UI's metrics over time
+                reporters.append(history.observe)
             watcher = Watcher(
-                project, lease=lease, events=events, reporters=[report, export], actors=actors
+                project, lease=lease, events=events, reporters=reporters, actors=actors
             )
             await watcher.run(seconds, once=once)
         finally:
@@ -137,6 +161,8 @@ def watch(
                 server.close()
             if serving is not None:
                 await serving.close()
+            if web is not None:
+                await web.close()
 
     try:
         common.run_with(project, work)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
+from pydantic import BaseModel, ConfigDict
+
+from dstack_plan.apply.fleet_records import BandwidthRecord, FleetRecord, HostRecord
 from dstack_plan.apply.handlers import ApplyContext, ResourceHandler
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.state.backend import StateBackend
@@ -30,14 +32,44 @@ def fleet_records(state: State, name: str | None = None) -> dict[str, FleetRecor
     return {name: found[name]}
 
 
+class FleetView(BaseModel):
+    """One fleet and its hosts' facts, as state records them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    status: str
+    """`active` when every host answered its last check, else `degraded`."""
+    hosts: tuple[HostRecord, ...] = ()
+    bandwidth: BandwidthRecord | None = None
+    """The last `dstack fleet probe` (absent: never probed)."""
+
+
+class FleetList(BaseModel):
+    """`dstack fleet list --json` (and the HTTP API's `/api/fleets`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fleets: tuple[FleetView, ...] = ()
+
+
+def fleet_list(records: dict[str, FleetRecord]) -> FleetList:
+    return FleetList(
+        fleets=tuple(
+            FleetView(name=name, status=r.status, hosts=r.hosts, bandwidth=r.bandwidth)
+            for name, r in records.items()
+        )
+    )
+
+
 def fleets_json(records: dict[str, FleetRecord]) -> dict[str, Any]:
-    """What `dstack fleet list --json` prints: `{"fleets": [{name, status, hosts: [...]}]}`."""
-    return {
-        "fleets": [
-            {"name": name, "status": record.status, **record.to_attributes()}
-            for name, record in records.items()
-        ]
-    }
+    """What `dstack fleet list --json` prints: `{"fleets": [{name, status, hosts: [...]}]}`
+    (a `FleetList`; `bandwidth` only for a fleet that was probed)."""
+    document = fleet_list(records).model_dump(mode="json")
+    for fleet in document["fleets"]:
+        if fleet["bandwidth"] is None:
+            del fleet["bandwidth"]
+    return document
 
 
 def host_rows(records: dict[str, FleetRecord]) -> list[list[str]]:

@@ -18,6 +18,9 @@ command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 command -v dot >/dev/null 2>&1 || need_pkgs+=(graphviz)
 # the Azure tests serve their fake Resource Manager over HTTPS with a certificate openssl makes
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+# the web UI's browser tests (tests/e2e/test_web_ui.py): headless Chromium and its driver
+[ -x /usr/bin/chromium ] || need_pkgs+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_pkgs+=(chromium-driver)
 
 if [ "$(id -u)" != 0 ]; then
   if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -153,7 +153,7 @@ def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
             view.fleet,
             ",".join(view.hosts) or "-",
             _ports(view.jobs[0]) if len(view.jobs) == 1 else "",
-            _run_gpus(view),
+            run_gpus(view),
             f"${view.price_per_hour:.2f}/h",
             format_age(now - view.created_at.timestamp()),
             *([escape("; ".join(view.notes))] if noted else []),
@@ -190,7 +190,7 @@ def _job_row(job: JobView, now: float) -> list[str]:
     ]
 
 
-def _run_gpus(view: RunView) -> str:
+def run_gpus(view: RunView) -> str:
     """What the run asks (`A100:2`); for a one-job run on a shared GPU, which one and how it
     is shared: `25% of GPU 0 (MPS)`, `25% of GPU 0 (time-sliced: no limits)`."""
     if len(view.jobs) == 1 and view.jobs[0].gpus and view.jobs[0].gpu_share is not None:

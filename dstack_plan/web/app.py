@@ -170,10 +170,6 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(document(ROUTES))
 
 
-async def home(request: web.Request) -> web.StreamResponse:
-    raise web.HTTPFound("/api/")  # the UI's pages will live here
-
-
 RUN = Param("run", "string", "Run name (`train`) or address (`task.train`).", in_path=True)
 SINCE = Param("since", "string", "Only from then on: a duration back (`10m`, `2h`) or RFC 3339.")
 ROUTES: tuple[Route, ...] = (
@@ -216,9 +212,15 @@ ROUTES: tuple[Route, ...] = (
 # -- the application -----------------------------------------------------------------------
 
 
+def is_api(path: str) -> bool:
+    """Whether `path` is the API's (JSON errors) rather than a page's (HTML errors)."""
+    return path.startswith(("/api/", "/openapi.json", "/static/"))
+
+
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every error as an `ApiError` JSON body, its message redacted."""
+    """Every error as an `ApiError` JSON body (an HTML page for the UI's pages), its message
+    redacted."""
     try:
         return await handler(request)
     except web.HTTPException as e:
@@ -239,6 +241,12 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         status, message, headers = 500, "internal error (see the server's log)", {}
     for name in ("Content-Type", "Content-Length"):
         headers.pop(name, None)
+    if not is_api(request.path):
+        from dstack_plan.web.pages import error_page
+
+        page = error_page(request, status, message)
+        page.headers.update(headers)
+        return page
     body = source_of(request).redact(ApiError(error=message).model_dump())
     return web.json_response(body, status=status, headers=headers)
 
@@ -250,5 +258,7 @@ def build_app(source: ApiSource, token: str | None = None) -> web.Application:
     for route in ROUTES:
         app.router.add_get(route.path, route.handler)
     app.router.add_get("/openapi.json", openapi)
-    app.router.add_get("/", home)
+    from dstack_plan.web.pages import add_pages
+
+    add_pages(app, source)
     return app

@@ -82,6 +82,13 @@ class ApiSource:
         except DstackPlanError as e:
             raise NotFound(str(e)) from None
 
+    def namespaces(self) -> dict[str, str]:
+        """Run address -> its namespace (`default` when its spec names none)."""
+        from dstack_plan.config.quotas import namespace_of
+        from dstack_plan.inspect.runs import run_entries
+
+        return {entry.address: namespace_of(entry.spec) for entry in run_entries(self.state())}
+
     def fleets(self) -> FleetList:
         from dstack_plan.inspect.fleets import fleet_list, fleet_records
 

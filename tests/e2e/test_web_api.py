@@ -77,6 +77,18 @@ def serving(args: list[str], project: Path, env: dict[str, str]) -> Iterator[tup
                 process.wait()
 
 
+def secretive_project(dstack: Dstack, project: Path) -> Path:
+    """`project` with the secret API_TOKEN set and `task.secretive` (which prints it) running."""
+    (project / ".dstack").mkdir(mode=0o700)
+    (project / ".dstack" / "secrets.yml").write_text(f"API_TOKEN: {SECRET}\n")
+    (project / ".dstack" / "secrets.yml").chmod(0o600)
+    (project / "secretive.dstack.yml").write_text(SECRETIVE)
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_for_status(dstack, "task.secretive", {"running"})
+    return project
+
+
 def get(url: str, path: str, **kwargs: Any) -> httpx.Response:
     return httpx.get(url.rstrip("/") + path, timeout=60, **kwargs)
 
@@ -86,14 +98,7 @@ def test_every_endpoint_answers_its_model_and_logs_follow_live(
 ) -> None:
     from tests.infra.docker_images import ensure_busybox_image
 
-    project = tmp_path / "project"
-    (project / ".dstack").mkdir(mode=0o700)
-    (project / ".dstack" / "secrets.yml").write_text(f"API_TOKEN: {SECRET}\n")
-    (project / ".dstack" / "secrets.yml").chmod(0o600)
-    (project / "secretive.dstack.yml").write_text(SECRETIVE)
-    applied = dstack("apply", "-y")
-    assert applied.returncode == 0, applied.stdout + applied.stderr
-    wait_for_status(dstack, "task.secretive", {"running"})
+    project = secretive_project(dstack, tmp_path / "project")
     image = ensure_busybox_image(docker_client)
     watch = ["watch", "--ui", "--bind", "127.0.0.1:0", "--interval", "0.5s"]
     with serving(watch, project, cli_env) as (url, printed):

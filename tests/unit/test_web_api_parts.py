@@ -13,6 +13,7 @@ from dstack_plan.web.auth import authorized, needs_token
 from dstack_plan.web.history import MAX_AGE, MAX_SAMPLES, History, sample_of
 from dstack_plan.web.models import MetricsHistory
 from dstack_plan.web.openapi import document
+from dstack_plan.web.pages import PAGES
 from dstack_plan.web.server import parse_bind
 
 GPU_TEXT = "".join(
@@ -79,7 +80,8 @@ def test_bounds_are_checked() -> None:
 def test_openapi_lists_every_route_of_the_router_with_resolvable_models() -> None:
     doc = document(ROUTES)
     app = build_app(source=None)  # type: ignore[arg-type]  # routes only: nothing is served
-    served = {r.canonical for r in app.router.resources()} - {"/"}
+    pages = {page.path for page in PAGES} | {"/static"}  # the UI's: HTML, not the API
+    served = {r.canonical for r in app.router.resources()} - pages
     assert set(doc["paths"]) == served
     schemas = doc["components"]["schemas"]
     refs = []
@@ -119,3 +121,27 @@ def test_bind_reads_host_and_port() -> None:
     for bad in ("3000", "host:", ":3000", "::1:3000", "h:70000", "h:x"):
         with pytest.raises(DstackPlanError, match="--bind"):
             parse_bind(bad)
+
+
+def test_a_right_query_token_sets_the_cookie_and_leaves_the_url() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    from dstack_plan.web.auth import COOKIE, with_cookie
+
+    assert with_cookie(make_mocked_request("GET", "/runs/x?token=wrong"), "tok") is None
+    assert with_cookie(make_mocked_request("GET", "/runs/x"), "tok") is None
+    redirect = with_cookie(make_mocked_request("GET", "/runs/x?job=1&token=tok"), "tok")
+    assert redirect is not None and str(redirect.location) == "/runs/x?job=1"
+    morsel = redirect.cookies[COOKIE]
+    assert morsel.value == "tok" and morsel["httponly"] and morsel["samesite"] == "Strict"
+
+
+def test_plan_lines_keep_the_clis_text_with_styles_as_classes() -> None:
+    from dstack_plan.cli.output import styled
+    from dstack_plan.web.pages import _level, _parts
+
+    assert _parts("plain") == [("plain", "")]
+    assert _parts(("  ", styled("+", "bold green"))) == [("  ", ""), ("+", "bold green")]
+    assert [_level(None), _level(None, True), _level(10), _level(99), _level(100)] == [
+        "free", "held", "u0", "u3", "u3",
+    ]  # fmt: skip

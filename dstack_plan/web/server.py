@@ -32,6 +32,7 @@ class WebServer:
     token_created: str | None
     """The token, when this start made it (to be printed once); None otherwise."""
     _runner: web.AppRunner
+    _source: ApiSource
 
     @property
     def url(self) -> str:
@@ -40,6 +41,7 @@ class WebServer:
 
     async def close(self) -> None:
         await self._runner.cleanup()
+        await self._source.close()
 
 
 async def start_server(source: ApiSource, bind: str, project_dir: str | Path) -> WebServer:
@@ -56,4 +58,4 @@ async def start_server(source: ApiSource, bind: str, project_dir: str | Path) ->
         await runner.cleanup()
         raise DstackPlanError(f"cannot serve the UI on {host}:{port}: {e.strerror or e}") from None
     bound = int(runner.addresses[0][1])
-    return WebServer(host, bound, token if created else None, runner)
+    return WebServer(host, bound, token if created else None, runner, source)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.state.events import REDACTED, Event, EventLog
+from dstack_plan.web.snapshots import Snapshot
 
 if TYPE_CHECKING:
     from dstack_plan.inspect.fleets import FleetList
@@ -51,6 +53,14 @@ class ApiSource:
         self._top_lock = asyncio.Lock()
         self._plan_lock = asyncio.Lock()
         self._guarded: tuple[str, int] | None = None
+        self._runs = {flag: Snapshot(partial(self._list_runs, flag)) for flag in (False, True)}
+        self._hosts = Snapshot(self._sample_hosts)
+
+    async def close(self) -> None:
+        """Cancel the snapshots' fetches in flight."""
+        for runs in self._runs.values():
+            await runs.close()
+        await self._hosts.close()
 
     # -- the views -------------------------------------------------------------------------
 
@@ -60,9 +70,14 @@ class ApiSource:
         return state
 
     async def runs(self, *, all_runs: bool = False) -> list[RunView]:
+        """The runs as `ps --json` lists them (`-a` with `all_runs`), from a snapshot at most
+        a couple of seconds old (`snapshots.py`): asking every agent takes longer."""
+        self.state()
+        return await self._runs[all_runs].get()
+
+    async def _list_runs(self, all_runs: bool) -> list[RunView]:
         from dstack_plan.inspect.runs import list_runs
 
-        self.state()
         return await list_runs(self.project, all_runs=all_runs)
 
     async def run(self, ref: str) -> RunView:
@@ -95,6 +110,10 @@ class ApiSource:
         return fleet_list(fleet_records(self.state()))
 
     async def hosts(self) -> TopView:
+        """The hosts as `top --json` shows them, from a snapshot (as `runs`)."""
+        return await self._hosts.get()
+
+    async def _sample_hosts(self) -> TopView:
         from dstack_plan.inspect.top import TopSampler
 
         async with self._top_lock:  # the sampler keeps each host's last reading

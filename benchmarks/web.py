@@ -35,6 +35,7 @@ from pathlib import Path
 import fanout_hosts
 import httpx
 from fanout_hosts import Bench, bench
+from watch_scale import apply
 
 from dstack_plan.clock import FakeClock
 from dstack_plan.watch.model import HostSeen, TickReport
@@ -63,21 +64,6 @@ def write_project(b: Bench, directory: Path, hosts: int, runs: int) -> None:
         for i in range(runs)
     ]
     (directory / "runs.dstack.yml").write_text("---\n".join(docs))
-
-
-def apply(b: Bench, directory: Path) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(
-        [str(fanout_hosts.DSTACK), "apply", "-y", str(directory)],
-        env=b.env,
-        cwd=b.work,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if done.returncode != 0:
-        sys.exit(f"dstack apply failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return time.perf_counter() - started
 
 
 def serve(b: Bench, directory: Path) -> tuple[subprocess.Popen[str], str]:

@@ -120,12 +120,8 @@ class FleetMachines:
         if implicit:
             named = [i for i in implicit if i.hostname == host]
             return await self.implicit.agent((named or implicit)[0])
-        entry = self._entry(fleet, state)
-        provider = self._provider(fleet, entry, ssh_config_of(entry))
-        for instance in provider.host_instances(fleet):
-            if instance.id == f"ssh:{host}":
-                return await provider.agent(instance)
-        raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
+        provider, instance = self._ssh_host(fleet, host, state)
+        return await provider.agent(instance)
 
     async def forward(
         self, fleet: str, host: str, state: State, remote_port: int, local_port: int = 0
@@ -136,12 +132,8 @@ class FleetMachines:
         Raises OSError when `local_port` cannot be bound."""
         if self.implicit.implicit_instances(fleet):
             return Forward.direct(host, remote_port)
-        entry = self._entry(fleet, state)
-        provider = self._provider(fleet, entry, ssh_config_of(entry))
-        for instance in provider.host_instances(fleet):
-            if instance.id == f"ssh:{host}":
-                return await provider.forward_port(instance, remote_port, local_port)
-        raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
+        provider, instance = self._ssh_host(fleet, host, state)
+        return await provider.forward_port(instance, remote_port, local_port)
 
     async def connection(self, fleet: str, host: str, state: State) -> Connection:
         """The SSH connection to host `host` of SSH fleet `fleet` (its pinned key), pooled
@@ -150,11 +142,17 @@ class FleetMachines:
             raise ProviderError(
                 self.implicit.name, f"fleet {fleet!r} is not an SSH fleet: it has no SSH hosts"
             )
+        provider, instance = self._ssh_host(fleet, host, state)
+        return await provider.connection(instance)
+
+    def _ssh_host(self, fleet: str, host: str, state: State) -> tuple[SSHProvider, Instance]:
+        """The provider of SSH (or booted cloud) fleet `fleet` and its host `host`, as jobs
+        and gateways record it; ProviderError when the fleet has no such host."""
         entry = self._entry(fleet, state)
         provider = self._provider(fleet, entry, ssh_config_of(entry))
         for instance in provider.host_instances(fleet):
             if instance.id == f"ssh:{host}":
-                return await provider.connection(instance)
+                return provider, instance
         raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
 
     async def close(self) -> None:

@@ -22,9 +22,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+_NO_WATCH_BODY = b"no dstack watch serves this gateway now: start dstack watch\n"
 NO_WATCH = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-    b"Content-Length: 59\r\n\r\nno dstack watch serves this gateway now: start dstack watch\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_NO_WATCH_BODY), _NO_WATCH_BODY)
 )
 CHUNK = 65536
 

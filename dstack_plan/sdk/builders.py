@@ -8,7 +8,6 @@ same models, with the same messages, as a file's documents are.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from dstack_plan.config.loader import load_mapping
@@ -80,25 +79,3 @@ class Volume(Config):
 
 class Gateway(Config):
     kind = "gateway"
-
-
-def task(
-    *,
-    image: str | None = None,
-    commands: list[str] | None = None,
-    resources: Mapping[str, Any] | None = None,
-    name: str | None = None,
-    env: Mapping[str, str] | list[str] | None = None,
-    fleets: list[str] | None = None,
-    **fields: Any,
-) -> Task:
-    """`Task` from `submit_task`'s arguments (`env` as a mapping or `KEY=VALUE` strings)."""
-    return Task(
-        name=name,
-        image=image,
-        commands=commands,
-        resources=dict(resources) if resources is not None else None,
-        env=dict(env) if isinstance(env, Mapping) else env,
-        fleets=fleets,
-        **fields,
-    )

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dstack_plan.errors import DstackPlanError
-from dstack_plan.sdk.builders import Config, task
+from dstack_plan.sdk.builders import Config, Task
 from dstack_plan.sdk.loop import run_sync
 from dstack_plan.sdk.runs import Run
 
 if TYPE_CHECKING:
     from dstack_plan.apply.report import ApplyReport
+    from dstack_plan.config.resource import Resource
     from dstack_plan.plan.model import Plan
 
 LOCK_TIMEOUT = 60.0
@@ -40,10 +41,15 @@ async def aapply(
     """Plan and apply `configs` (targeted: the rest of the project's state is not touched),
     holding the state's lock; the plan applied. SpecError for an invalid configuration,
     ApplyFailed when a change failed."""
+    return await _apply_resources([c.resource() for c in configs], project, lock_timeout)
+
+
+async def _apply_resources(
+    resources: Sequence[Resource], project: str | Path, lock_timeout: float = LOCK_TIMEOUT
+) -> Plan:
     from dstack_plan.plan.planner import PlanOptions
     from dstack_plan.project import Project
 
-    resources = [c.resource() for c in configs]
     targets = tuple(r.address for r in resources)
     opened = Project(Path(project), configs=resources)
     try:
@@ -75,18 +81,17 @@ async def asubmit_task(
     **fields: Any,
 ) -> Run:
     """`submit_task` for async code."""
-    built = task(
+    built = Task(
+        name=name,
         image=image,
         commands=commands,
-        resources=resources,
-        name=name,
-        env=env,
+        resources=dict(resources) if resources is not None else None,
+        env=dict(env) if isinstance(env, Mapping) else env,
         fleets=fleets,
         **fields,
-    )
-    address = built.resource().address  # the name derived, if none was given
-    await aapply([built], project)
-    return Run(Path(project), address)
+    ).resource()
+    await _apply_resources([built], project)
+    return Run(Path(project), built.address)  # its name derived, when none was given
 
 
 def submit_task(

@@ -58,8 +58,9 @@ class ServiceRouting:
             url = f"{self._base_url}/proxy/services/{entry.name}/"
             hostname = None
             if gateway is not None:
-                url = GatewayRecord.of(gateway).service_url(entry.name)
-                hostname = f"{entry.name}.{GatewayRecord.of(gateway).domain}"
+                record = GatewayRecord.of(gateway)
+                url = record.service_url(entry.name)
+                hostname = f"{entry.name}.{record.domain}"
             route = ServiceRoute.from_spec(entry.name, spec, upstreams, self._token, hostname)
             routes.append(route)
             if entry.attributes.get(SERVICE_URL_KEY) != url:

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
-import signal
 import socket
 import ssl
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +21,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.e2e.conftest import CLI, Dstack
+from tests.e2e.conftest import Dstack
 from tests.e2e.test_cloud_fleet import FLEET, cloud, ec2  # noqa: F401 - fixtures
 from tests.e2e.test_local_flow import state, wait_for_status
-from tests.e2e.test_service_proxy import until
+from tests.e2e.test_service_proxy import until, watching  # noqa: F401 - fixture
 from tests.e2e.test_ssh_fleet import remote, write_fleet  # noqa: F401 - fixture
 from tests.infra.ssh_hosts import SSHTestHosts
 
@@ -76,34 +72,6 @@ SERVICE = (
 )
 
 
-@pytest.fixture
-def watch(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[Any]:
-    started: list[subprocess.Popen[str]] = []
-
-    def start() -> None:
-        proc = subprocess.Popen(
-            [*CLI, "watch", "--interval", "0.5s"],  # no --proxy-port: the gateway asks for it
-            cwd=tmp_path / "project",
-            env=cli_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started.append(proc)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert re.search(r"Services: http://127\.0\.0\.1:\d+/", line), line
-
-    yield start
-    for proc in started:
-        proc.send_signal(signal.SIGINT)
-        try:
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-
-
 def https_get(address: str, cert: Path, token: str | None) -> httpx.Response:
     """GET https://web.example.test/ with the name resolved to `address` here only."""
     context = ssl.create_default_context(cafile=str(cert))
@@ -129,7 +97,7 @@ def test_a_gateway_on_an_ssh_host_serves_a_service_over_tls_through_ssh_tunnels(
     tmp_path: Path,
     ssh_hosts: SSHTestHosts,
     remote: Path,  # noqa: F811
-    watch: Any,
+    watching: Any,  # noqa: F811
 ) -> None:
     project = tmp_path / "project"
     write_fleet(project, ssh_hosts, "h1")
@@ -142,10 +110,11 @@ def test_a_gateway_on_an_ssh_host_serves_a_service_over_tls_through_ssh_tunnels(
     address = ssh_hosts["h1"].address
     # no watch yet: the relay answers, and says why nothing is served
     no_watch = https_get(address, cert, None)
-    assert no_watch.status_code == 503 and "dstack watch" in no_watch.text
+    assert no_watch.status_code == 503
+    assert no_watch.text == "no dstack watch serves this gateway now: start dstack watch\n"
     assert dstack("plan", "--detailed-exitcode").returncode == 0  # the relay runs: no drift
 
-    watch()
+    watching(proxy_port=False)  # no --proxy-port: the gateway asks for it
     token = (project / ".dstack" / "service-token").read_text().strip()
     served = until(lambda: (r := https_get(address, cert, token)).status_code == 200 and r)
     assert served.text.strip() == "served-by-h1"
@@ -177,7 +146,7 @@ def test_a_gateway_on_a_one_machine_cloud_fleet(
     cloud: Path,  # noqa: F811
     ssh_hosts: SSHTestHosts,
     remote: Path,  # noqa: F811
-    watch: Any,
+    watching: Any,  # noqa: F811
 ) -> None:
     project = cloud  # aws on moto: its first machine is namespace host h2
     (project / "fleet.dstack.yml").write_text(FLEET.format(nodes=1).replace("burst", "edge"))
@@ -189,7 +158,7 @@ def test_a_gateway_on_a_one_machine_cloud_fleet(
     wait_for_status(dstack, "service.web", {"running"}, timeout=60)
     address = ssh_hosts["h2"].address
     assert state(project)["resources"]["gateway.gw"]["attributes"]["address"] == address
-    watch()
+    watching(proxy_port=False)  # no --proxy-port: the gateway asks for it
     token = (project / ".dstack" / "service-token").read_text().strip()
     served = until(lambda: (r := https_get(address, cert, token)).status_code == 200 and r)
     assert served.text.strip() == "served-by-h2"

@@ -57,7 +57,7 @@ def test_watch_scales_a_service_by_its_request_rate_and_to_zero_and_back(
 ) -> None:
     image = ensure_busybox_image(docker_client)
     project = tmp_path / "project"
-    (project / "web.dstack.yml").write_text(httpd_service(image, replicas="0..2") + SCALING)  # type: ignore[arg-type]
+    (project / "web.dstack.yml").write_text(httpd_service(image, replicas="0..2") + SCALING)
     applied = dstack("apply", "-y")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     row = wait_for_status(dstack, "service.web", {"running"})

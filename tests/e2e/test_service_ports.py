@@ -28,8 +28,9 @@ esac
 """
 
 
-def httpd_service(image: str, replicas: int) -> str:
-    """Service `web`: busybox httpd on 8799 answering `replica-N` from each replica."""
+def httpd_service(image: str, replicas: int | str) -> str:
+    """Service `web`: busybox httpd on 8799 answering `replica-N` from each replica
+    (`replicas`: a count, or a range such as `0..2`)."""
     return (
         f"type: service\nname: web\nimage: {image}\nport: 8799\nreplicas: {replicas}\n"
         "stop_duration: 1s\ncommands:\n  - mkdir -p /www\n"

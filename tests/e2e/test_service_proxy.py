@@ -27,9 +27,12 @@ pytestmark = pytest.mark.docker
 def watching(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[Any]:
     started: list[subprocess.Popen[str]] = []
 
-    def start() -> str:
+    def start(proxy_port: bool = True) -> str:
+        """Start watch; the proxy's URL. Without `proxy_port`, watch must serve by itself
+        (a gateway in state asks for it)."""
+        serve = ["--proxy-port", "0"] if proxy_port else []
         proc = subprocess.Popen(
-            [*CLI, "watch", "--interval", "0.5s", "--proxy-port", "0"],
+            [*CLI, "watch", "--interval", "0.5s", *serve],
             cwd=tmp_path / "project",
             env=cli_env,
             stdout=subprocess.PIPE,

@@ -7,7 +7,9 @@ and baselines written here: first fit, best fit, random fit, dot-product (Tetris
 FGD as the paper describes it. Experiments: inflation (tasks drawn from the trace until the
 cluster is saturated; unallocated GPU share at 80/90/100/110% arrived workload, whole GPUs and
 shared GPUs), replay in time order (queueing delay, GPU allocation), and the time per decision
-of `ours` on all nodes with a queue of 10,000 jobs.
+of `ours` on all nodes with a queue of 10,000 jobs; also the time of one decision through the
+scheduler's whole entry point (`placement.place`: matching every host's resources, reasons
+for every miss), which plan, apply and watch call.
 """
 
 from __future__ import annotations
@@ -443,6 +445,58 @@ def decision_ms(nodes: list[Node], pods: list[Pod], seed: int) -> float:
     return round(1000 * spent / QUEUE, 3)
 
 
+def place_ms(nodes: list[Node], pods: list[Pod], seed: int, count: int = 200) -> float:
+    """Mean time of one `placement.place` call on all nodes as candidates (machines with
+    their GPUs, CPUs and memory, and the jobs placed so far), for `count` tasks drawn from the
+    trace (shares of a GPU as `share:`), placed one after the other."""
+    from dstack_plan.config.resources import ResourcesSpec
+    from dstack_plan.providers.base import GPU, MachineResources
+    from dstack_plan.scheduler.placement import Candidate, JobDemand, held_by, place
+
+    rng = random.Random(seed + 2)
+    candidates = [
+        Candidate(
+            "trace",
+            "ssh",
+            node.name,
+            MachineResources(
+                cpus=node.cpu // 1000,
+                memory_gb=node.memory / 1024,
+                disk_gb=1000,
+                gpus=tuple(
+                    GPU(vendor="nvidia", name=node.model, index=i) for i in range(node.gpus)
+                ),
+            ),
+        )
+        for node in nodes
+    ]
+    spent = 0.0
+    for number in range(count):
+        pod = rng.choice(pods)
+        gpu: dict[str, object] = {"count": pod.gpus}
+        if pod.gpus == 1 and pod.gpu_milli < WHOLE:
+            gpu["share"] = pod.gpu_milli / WHOLE
+        if pod.models and pod.gpus:
+            gpu["name"] = sorted(pod.models)
+        spec = ResourcesSpec.model_validate(
+            {
+                "cpu": f"{max(pod.cpu // 1000, 1)}..",
+                "memory": f"{max(pod.memory // 1024, 1)}GB..",
+                "gpu": gpu,
+            }
+        )
+        job = JobDemand(f"task {number}", spec)
+        began = time.perf_counter()
+        decision = place([job], candidates, distinct=False)
+        spent += time.perf_counter() - began
+        if decision.placed:
+            host = decision.hosts[0]
+            index = next(i for i, c in enumerate(candidates) if c.host == host.host)
+            busy = (*host.busy, held_by(job, job.label, host.resources.gpus))
+            candidates[index] = host._replace(busy=busy)
+    return round(1000 * spent / count, 3)
+
+
 def run(nodes_file: Path, pods_file: Path, seed: int, speedup: float = 1.0) -> dict:
     """Every experiment, in the shape `--json` prints."""
     nodes, pods = load_nodes(nodes_file), load_pods(pods_file)
@@ -453,6 +507,7 @@ def run(nodes_file: Path, pods_file: Path, seed: int, speedup: float = 1.0) -> d
         },
         "replay": replay(nodes, pods, seed, speedup),
         "decision_ms": decision_ms(nodes, pods, seed),
+        "place_ms": place_ms(nodes, pods, seed),
     }
 
 
@@ -488,6 +543,7 @@ def render(result: dict) -> str:
                 f"  {name:<12}" + "".join(f"{'-' if c is None else c:>14}" for c in cells)
             )
     lines.append(f"decision time (ours, all nodes, {QUEUE} queued): {result['decision_ms']} ms")
+    lines.append(f"placement.place on all nodes, with reasons: {result['place_ms']} ms a decision")
     return "\n".join(lines)
 
 

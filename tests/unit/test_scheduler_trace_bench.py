@@ -58,7 +58,7 @@ def test_the_benchmark_prints_the_documented_shape(
     nodes, pods = trace
     assert module.main(["--nodes", str(nodes), "--pods", str(pods), "--json", "--seed", "3"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result) == {"inflation", "replay", "decision_ms"}
+    assert set(result) == {"inflation", "replay", "decision_ms", "place_ms"}
     for mode in ("whole", "shared"):
         table = result["inflation"][mode]
         assert set(table) == POLICIES
@@ -70,6 +70,7 @@ def test_the_benchmark_prints_the_documented_shape(
     for row in result["replay"].values():
         assert set(row) == {"mean_delay_s", "p95_delay_s", "mean_gpu_alloc_pct"}
     assert result["decision_ms"] > 0
+    assert result["place_ms"] > 0
 
 
 def test_ours_is_the_schedulers_scoring_and_beats_first_fit_on_shared_gpus(

@@ -468,11 +468,18 @@ class Project:
             if left is None or left.placed is not False or not _starts(item, refresh, options):
                 continue
             burst = await self._burst(resource, left, by_address, state, claimed)
-            if burst is not None:
+            if isinstance(burst, Placement):
                 if burst.offer is not None:  # its new machines count against nodes.max
                     claimed[burst.fleet] = claimed.get(burst.fleet, 0) + burst.offer.count
                 result[resource.address] = burst
                 never.pop(resource.address, None)
+            elif burst:  # the cloud fleets it names could not take it either: say why
+                more = "; ".join(burst)
+                result[resource.address] = left.model_copy(
+                    update={"note": f"{left.note}; {more}" if left.note else more}
+                )
+                if resource.address in never:
+                    never[resource.address] += f"; {more}"
         if never:
             raise PlanError("\n".join(never.values()))
         from dstack_plan.apply.queueing import plan_note  # queued and scheduled runs
@@ -527,11 +534,13 @@ class Project:
         items: dict[str, DesiredItem],
         state: State,
         claimed: Mapping[str, int],
-    ) -> Placement | None:
+    ) -> Placement | list[str]:
         """Where a run its first fleet cannot take goes instead: the first cloud fleet it
-        names after that one, on machines up and free, or on new ones (`apply/bursting.py`)."""
+        names after that one, on machines up and free, or on new ones (`apply/bursting.py`);
+        else why each cloud fleet it names could not take it."""
         spec = resource.spec
         assert isinstance(spec, RunSpec)
+        why_not: list[str] = []
         for name in (spec.fleet_names() or ())[1:]:
             entry = state.get(f"fleet.{name}")
             item = items.get(f"fleet.{name}")
@@ -557,9 +566,10 @@ class Project:
             offered = await burst_offer(
                 spec, name, fleet_spec, record, providers, left, claimed.get(name, 0)
             )
-            if offered is not None:
+            if isinstance(offered, Placement):
                 return offered
-        return None
+            why_not.append(offered)
+        return why_not
 
     async def _place_on(self, fleet: str, runs: list[HostRun], state: State) -> FleetPlacements:
         deployment = str(self.deployment)

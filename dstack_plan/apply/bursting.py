@@ -45,21 +45,28 @@ async def burst_offer(
     providers: Sequence[Provider],
     left: Placement,
     claimed: int = 0,
-) -> Placement | None:
+) -> Placement | str:
     """New machines of cloud fleet `fleet` for `run`, which its first fleet could not take
-    (`left` says why); None when the fleet has no room (beyond the `claimed` machines other
-    runs of the plan burst to it for) or no offer fits the run."""
+    (`left` says why); else why not, to add to the run's reason: the fleet has no room
+    (beyond the `claimed` machines other runs of the plan burst to it for), its cloud is not
+    configured or cannot be asked, or no offer fits the run."""
     count = len(slots(run))
     space = room(spec, record)
     space = None if space is None else space - claimed
-    if (space is not None and space < count) or not providers:
-        return None
+    if space is not None and space < count:
+        most = spec.nodes.max if spec.nodes is not None else None
+        taken = f"{len(record.instances)} up" + (
+            f", {claimed} more for other runs of this plan" if claimed else ""
+        )
+        return f"fleet {fleet}: nodes.max {most} reached ({taken}; needs {count} more)"
+    if not providers:
+        return f"fleet {fleet}: its backend is not configured"
     try:
         ranking = await ranked_offers(spec, providers, run.resources)
-    except ProviderError:
-        return None  # the cloud cannot be asked now: the run stays where the plan put it
+    except ProviderError as error:  # the run stays where the plan put it
+        return f"fleet {fleet}: offers could not be asked ({error})"
     if not ranking.ranked:
-        return None
+        return f"fleet {fleet}: {ranking.why_none()}"
     best = ranking.ranked[0]
     why = (left.note or "no room").removeprefix("pending: ").removeprefix("cannot be placed: ")
     note = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dstack_plan.apply.cloud_records import CloudFleetRecord
@@ -16,7 +17,6 @@ from dstack_plan.apply.events import plural
 from dstack_plan.errors import PlanError, ProviderError
 from dstack_plan.plan.model import MachineOffer, Placement
 from dstack_plan.providers.base import Offer, Provider
-from dstack_plan.scheduler.matching import offer_mismatch
 from dstack_plan.scheduler.offer_choice import OfferPolicy, OfferRanking, rank_offers
 
 if TYPE_CHECKING:
@@ -52,9 +52,7 @@ async def ranked_offers(
     machines added for a run), in the order to try them."""
     listed = await asyncio.gather(*(p.offers(spec.resources) for p in providers))
     offers: list[Offer] = [o for found in listed for o in found]
-    if run is not None:
-        offers = [o for o in offers if offer_mismatch(run, o.resources) is None]
-    return rank_offers(offers, offer_policy(spec))
+    return rank_offers(offers, replace(offer_policy(spec), run=run))
 
 
 async def fleet_placement(

@@ -33,6 +33,8 @@ class OfferPolicy:
     """$ per hour for one machine."""
     regions: tuple[str, ...] | None = None
     instance_types: tuple[str, ...] | None = None
+    run: ResourcesSpec | None = None
+    """A run's `resources`, when the machines are added for it: they must hold it too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ def _rejected_by(
         return "are spot (spot_policy: on-demand)"
     if policy.resources is not None and offer_mismatch(policy.resources, offer.resources):
         return "lack the resources"
+    if policy.run is not None and offer_mismatch(policy.run, offer.resources):
+        return "cannot hold the run"
     if policy.max_price is not None and offer.price_per_hour > policy.max_price:
         return f"are above max_price ${policy.max_price:g}/h"
     return None

@@ -50,7 +50,7 @@ def task(nodes: int = 1, gpu: str = "A10G:1") -> TaskSpec:
     return TaskSpec.model_validate(spec)
 
 
-def offer(run: TaskSpec, claimed: int = 0) -> Placement | None:
+def offer(run: TaskSpec, claimed: int = 0) -> Placement | str:
     return asyncio.run(
         burst_offer(run, "burst", FLEET, CloudFleetRecord(), [Catalogue()], LEFT, claimed)
     )
@@ -68,8 +68,20 @@ def test_new_machines_come_from_the_cheapest_offer_that_holds_the_run() -> None:
     assert placed.note.startswith("burst: onprem cannot take it now (onprem (gpu): needs 1")
 
 
-def test_no_room_under_nodes_max_no_burst() -> None:
-    assert offer(task(nodes=3)) is None  # 3 machines, the fleet may have 2
-    assert offer(task(nodes=2)) is not None
-    assert offer(task(nodes=2), claimed=1) is None  # another run of the plan took one
-    assert offer(task(gpu="H200:1")) is None  # no offer holds it
+def test_no_room_under_nodes_max_no_burst_and_says_why() -> None:
+    # 3 machines, the fleet may have 2
+    assert offer(task(nodes=3)) == "fleet burst: nodes.max 2 reached (0 up; needs 3 more)"
+    assert isinstance(offer(task(nodes=2)), Placement)
+    assert offer(task(nodes=2), claimed=1) == (  # another run of the plan took one
+        "fleet burst: nodes.max 2 reached (0 up, 1 more for other runs of this plan; needs 2 more)"
+    )
+    no_offer = offer(task(gpu="H200:1"))  # no offer holds it
+    assert isinstance(no_offer, str)
+    assert no_offer.startswith("fleet burst: no offer matches: ")
+    assert "cannot hold the run" in no_offer
+
+
+def test_an_unconfigured_backend_is_named() -> None:
+    run = task()
+    why = asyncio.run(burst_offer(run, "burst", FLEET, CloudFleetRecord(), [], LEFT))
+    assert why == "fleet burst: its backend is not configured"

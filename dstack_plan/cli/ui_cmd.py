@@ -57,7 +57,7 @@ async def serve_ui(
     """Start the API over `project` (the watch's metrics ring `history`, if any); say where,
     and the token when this start made it."""
     from dstack_plan.cli.output import print_lines
-    from dstack_plan.web.auth import UI_TOKEN_FILE
+    from dstack_plan.web.auth import UI_TOKEN_FILE, needs_token
     from dstack_plan.web.server import start_server
     from dstack_plan.web.source import ApiSource
 
@@ -66,10 +66,16 @@ async def serve_ui(
     )
     server = await start_server(source, bind, project.directory)
     lines = []
-    if server.token_created is not None:
+    if server.token_created is not None:  # the token appears once: in the browser's link
         lines.append(
-            f"UI token (shown once; kept in {UI_TOKEN_FILE}, send it as "
-            f"`Authorization: Bearer TOKEN`): {server.token_created}"
+            f"UI token, shown once (kept in {UI_TOKEN_FILE}): open "
+            f"{server.url}?token={server.token_created} in a browser once (it keeps a cookie); "
+            "scripts send it as `Authorization: Bearer TOKEN`"
+        )
+    elif needs_token(server.host):
+        lines.append(
+            f"The UI wants the token in {UI_TOKEN_FILE}: open {server.url}?token=TOKEN in a "
+            "browser once, or send `Authorization: Bearer TOKEN`"
         )
     print_lines([*lines, f"UI: {server.url}"])
     sys.stdout.flush()

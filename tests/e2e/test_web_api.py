@@ -205,6 +205,7 @@ def test_off_loopback_the_token_is_needed(
         token = token_file.read_text().strip()
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert printed.count(token) == 1, printed  # printed once, when made
+        assert f"{url}?token={token} in a browser" in printed  # as the link a browser opens
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
             refused = get(url, "/api/runs", headers=headers)
             assert refused.status_code == 401, headers
@@ -222,10 +223,12 @@ def test_off_loopback_the_token_is_needed(
         assert posted.status_code == 405
     with serving(["ui", "--bind", "127.0.0.2:0"], project, cli_env) as (url, printed):
         assert token not in printed  # the second start reuses it, unprinted
+        assert f"{url}?token=TOKEN in a browser" in printed  # and says where it is
         assert get(url, "/api/", headers={"Authorization": f"Bearer {token}"}).status_code == 200
-    # loopback proper needs none
-    with serving(["ui", "--bind", "127.0.0.1:0"], project, cli_env) as (url, _):
+    # loopback proper needs none, and says nothing of a token
+    with serving(["ui", "--bind", "127.0.0.1:0"], project, cli_env) as (url, printed):
         assert get(url, "/api/runs").status_code == 200
+        assert "token" not in printed.lower()
 
 
 @pytest.mark.parametrize("bind", ["nonsense", "127.0.0.1:99999", "::1:3000"])

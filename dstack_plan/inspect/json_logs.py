@@ -69,6 +69,12 @@ class TimedLines:
         del self._offsets[:keep], self._times[:keep]
         return lines
 
+    @property
+    def line_end(self) -> int:
+        """The log offset just past the last complete line returned: where to read again
+        from to get the next line whole."""
+        return self._start
+
     def flush(self) -> list[tuple[float | None, str]]:
         """The last line when the log did not end with a newline."""
         if not self._buffer:

@@ -112,6 +112,13 @@ async def run(request: web.Request) -> web.Response:
     return answer(request, await source_of(request).run(request.match_info["run"]))
 
 
+def _resume_at(request: web.Request) -> int:
+    """The log offset a reconnecting client saw last (`Last-Event-ID`); 0 (from the start)
+    without one or with one this server did not send."""
+    given = request.headers.get("Last-Event-ID", "").strip()
+    return int(given) if given.isascii() and given.isdigit() else 0
+
+
 async def logs(request: web.Request) -> web.StreamResponse:
     from dstack_plan.web import logs as job_logs
 
@@ -120,7 +127,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     replica, job = number(request, "replica", 0), number(request, "job", 0)
     if not flag(request, "follow"):
         return answer(request, await job_logs.job_logs(source, ref, replica, job))
-    stream = await job_logs.follow(source, ref, replica, job)
+    stream = await job_logs.follow(source, ref, replica, job, _resume_at(request))
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )

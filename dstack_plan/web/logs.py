@@ -3,7 +3,9 @@
 Following sends one `event: line` per output line (`data:` a `LogLine` as JSON), a comment
 (`: waiting`) while the job is quiet, so a client that went away is noticed, and a last
 `event: end` (`data:` a `LogEnd`) when the job has ended and all its output was sent, or
-`event: error` (`data:` an `ApiError`) when its agent stopped answering meanwhile.
+`event: error` (`data:` an `ApiError`) when its agent stopped answering meanwhile. The last
+line of each batch carries an `id:`, the log offset past it, so a client that reconnects
+with `Last-Event-ID` (browsers do by themselves) goes on from the next line.
 """
 
 from __future__ import annotations
@@ -51,28 +53,32 @@ async def job_logs(source: ApiSource, ref: str, replica: int = 0, job: int = 0) 
     )
 
 
-async def follow(source: ApiSource, ref: str, replica: int = 0, job: int = 0) -> SseStream:
-    """The stream of job (`replica`, `job`) of run `ref`; opened (or NotFound) before the
-    response starts, so a wrong name is a 404, not an empty stream."""
+async def follow(
+    source: ApiSource, ref: str, replica: int = 0, job: int = 0, start: int = 0
+) -> SseStream:
+    """The stream of job (`replica`, `job`) of run `ref` from log offset `start` (a
+    `Last-Event-ID`); opened (or NotFound) before the response starts, so a wrong name is a
+    404, not an empty stream."""
     _, record, agent = await _open(source, ref, replica, job)
-    return SseStream(source, agent, record.id)
+    return SseStream(source, agent, record.id, start)
 
 
 class SseStream:
     """The server-sent events of one followed job log."""
 
-    def __init__(self, source: ApiSource, agent: AgentClient, job_id: str) -> None:
-        self.source, self.agent, self.job_id = source, agent, job_id
+    def __init__(self, source: ApiSource, agent: AgentClient, job_id: str, start: int) -> None:
+        self.source, self.agent, self.job_id, self.start = source, agent, job_id, start
 
     async def frames(self) -> AsyncIterator[bytes]:
         splitter = TimedLines()
-        offset = 0
+        offset = self.start
         while True:
             chunk = await self.agent.logs(self.job_id, offset, wait=FOLLOW_WAIT)
             offset = chunk.next_offset
             found = _lines(self.source, splitter.feed(chunk))
-            for line in found:
-                yield frame("line", line.model_dump_json())
+            for number, line in enumerate(found, 1):
+                last = number == len(found)
+                yield frame("line", line.model_dump_json(), splitter.line_end if last else None)
             if chunk.complete:
                 break
             if not chunk.data:
@@ -84,9 +90,10 @@ class SseStream:
         yield frame("end", end.model_dump_json())
 
 
-def frame(event: str, data: str) -> bytes:
+def frame(event: str, data: str, event_id: int | None = None) -> bytes:
     """One server-sent event (`data` holds no newline: it is one line of JSON)."""
-    return f"event: {event}\ndata: {data}\n\n".encode()
+    given = "" if event_id is None else f"id: {event_id}\n"
+    return f"{given}event: {event}\ndata: {data}\n\n".encode()
 
 
 def _lines(source: ApiSource, found: list[tuple[float | None, str]]) -> list[LogLine]:

@@ -117,25 +117,46 @@ def test_every_endpoint_answers_its_model_and_logs_follow_live(
         (project / "chatty.dstack.yml").write_text(chatty(image))
         applied = dstack("apply", "-y", "--target", "task.chatty")
         assert applied.returncode == 0, applied.stdout + applied.stderr
-        received: list[tuple[float, LogLine]] = []
-        end = None
-        with httpx.stream("GET", f"{url}api/runs/chatty/logs?follow=1", timeout=60) as stream:
-            assert stream.status_code == 200
-            assert stream.headers["Content-Type"].startswith("text/event-stream")
-            event = None
-            for line in stream.iter_lines():
-                answers.append(line)
-                if line.startswith("event: "):
-                    event = line.removeprefix("event: ")
-                elif line.startswith("data: ") and event == "line":
-                    data = line.removeprefix("data: ")
-                    received.append((time.monotonic(), LogLine.model_validate_json(data)))
-                elif line.startswith("data: ") and event == "end":
-                    end = LogEnd.model_validate_json(line.removeprefix("data: "))
-                    break
-        assert [r.text for _, r in received] == [f"line {i}" for i in range(1, 7)]
+
+        def follow(
+            headers: dict[str, str],
+        ) -> tuple[list[tuple[float, LogLine, str | None]], LogEnd]:
+            """The followed lines (when each came, the line, the id its event carried) and
+            the end event."""
+            received: list[tuple[float, LogLine, str | None]] = []
+            address = f"{url}api/runs/chatty/logs?follow=1"
+            with httpx.stream("GET", address, headers=headers, timeout=60) as stream:
+                assert stream.status_code == 200
+                assert stream.headers["Content-Type"].startswith("text/event-stream")
+                event, event_id = None, None
+                for line in stream.iter_lines():
+                    answers.append(line)
+                    if not line:  # an event ends
+                        event, event_id = None, None
+                    elif line.startswith("id: "):
+                        event_id = line.removeprefix("id: ")
+                    elif line.startswith("event: "):
+                        event = line.removeprefix("event: ")
+                    elif line.startswith("data: ") and event == "line":
+                        text = LogLine.model_validate_json(line.removeprefix("data: "))
+                        received.append((time.monotonic(), text, event_id))
+                    elif line.startswith("data: ") and event == "end":
+                        return received, LogEnd.model_validate_json(line.removeprefix("data: "))
+            raise AssertionError(f"the stream ended without an end event: {received}")
+
+        lines = [f"line {i}" for i in range(1, 7)]
+        received, end = follow({})
+        assert [r.text for _, r, _ in received] == lines
         assert received[-1][0] - received[0][0] > 1.5, "the lines came all at once, not live"
-        assert end is not None and end.status == "done" and end.exit_code == 0
+        assert end.status == "done" and end.exit_code == 0
+        # a client that reconnects with the last id it saw goes on from the next line
+        marked = [(n, event_id) for n, (_, _, event_id) in enumerate(received) if event_id]
+        assert received[-1][2] is not None and len(marked) >= 2, received  # each batch's last
+        n, seen = marked[len(marked) // 2 - 1]
+        resumed, _ = follow({"Last-Event-ID": seen})
+        assert [r.text for _, r, _ in resumed] == lines[n + 1 :]
+        again, _ = follow({"Last-Event-ID": "not-ours"})  # an id we never sent: from the start
+        assert [r.text for _, r, _ in again] == lines
 
         index = check("/api/", ApiIndex)
         assert isinstance(index, ApiIndex) and index.recording_history

@@ -90,6 +90,17 @@ def test_lines_are_dated_by_the_time_of_their_first_byte_across_chunks() -> None
     assert TimedLines().feed(chunk(0, b"old agent\n", [])) == [(None, "old agent")]
 
 
+def test_line_end_is_where_the_next_whole_line_starts() -> None:
+    lines = TimedLines()
+    lines.feed(chunk(0, b"a\nbb", []))
+    assert lines.line_end == 2  # "bb" is not a whole line yet
+    lines.feed(chunk(4, b"b\nc\n", []))
+    assert lines.line_end == 8
+    resumed = TimedLines()  # reading again from there gives the lines after it only
+    assert resumed.feed(chunk(2, b"bbb\nc\n", [])) == [(None, "bbb"), (None, "c")]
+    assert resumed.line_end == 8
+
+
 def test_output_and_events_merge_in_time_order_output_first_on_a_tie() -> None:
     out = io.StringIO()
 

@@ -42,6 +42,7 @@ def offer_policy(spec: FleetSpec) -> OfferPolicy:
         max_price=spec.max_price,
         regions=spec.regions,
         instance_types=spec.instance_types,
+        zones=spec.availability_zones,
     )
 
 

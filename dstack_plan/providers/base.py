@@ -57,6 +57,9 @@ class Offer(_Frozen):
     availability: Literal["available", "idle", "busy", "not_available", "no_quota", "unknown"] = (
         "available"
     )
+    zones: tuple[str, ...] | None = None
+    """The zones of its region a machine of it may be created in, in the order to try them
+    (a fleet's `availability_zones`); None: any zone of the region."""
 
 
 class Instance(_Frozen):

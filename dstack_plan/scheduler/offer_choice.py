@@ -35,6 +35,9 @@ class OfferPolicy:
     instance_types: tuple[str, ...] | None = None
     run: ResourcesSpec | None = None
     """A run's `resources`, when the machines are added for it: they must hold it too."""
+    zones: tuple[str, ...] | None = None
+    """`availability_zones`: an offer is allowed only in a region that has one of them, and
+    then carries those (`Offer.zones`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +63,11 @@ def rank_offers(offers: Sequence[Offer], policy: OfferPolicy) -> OfferRanking:
     types = {t.lower() for t in policy.instance_types} if policy.instance_types else None
     for offer in offers:
         rule = _rejected_by(offer, policy, regions, types)
+        zones = None if policy.zones is None else zones_in(offer.region, policy.zones)
+        if rule is None and zones == ():
+            rule = "are in regions without the availability_zones"
         if rule is None:
-            allowed.append(offer)
+            allowed.append(offer if zones is None else offer.model_copy(update={"zones": zones}))
         else:
             rejected[rule] += 1
     if policy.spot_policy == "auto":
@@ -69,6 +75,13 @@ def rank_offers(offers: Sequence[Offer], policy: OfferPolicy) -> OfferRanking:
     else:
         allowed.sort(key=lambda o: o.price_per_hour)
     return OfferRanking(tuple(allowed), tuple(rejected.most_common()))
+
+
+def zones_in(region: str, zones: Sequence[str]) -> tuple[str, ...]:
+    """The zones of `zones` that are in `region`: AWS and GCP name a zone by its region and
+    a suffix (`us-east-1b`, `us-central1-a`). Azure's zones (`1`, `2`) name no region, and
+    its machines here are created without one, so none is in any region."""
+    return tuple(z for z in zones if z.startswith(region) and len(z) > len(region))
 
 
 def _rejected_by(

@@ -14,7 +14,7 @@ from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.aws.provider import AWSProvider
 from dstack_plan.providers.base import Offer
-from dstack_plan.providers.capacity import create_first
+from dstack_plan.providers.capacity import CapacityError, create_first
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG0ZBCf1w4R2Jv0V7l6C0y8Gf3yHkq3fGz1mX1uX0h4Z t@x"
 REGION = "us-east-1"
@@ -143,3 +143,51 @@ def test_no_credentials_is_a_provider_error(tmp_path: Any) -> None:
 def test_import_does_not_import_boto3() -> None:
     code = "import dstack_plan.providers.aws.provider, sys; assert 'boto3' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+async def test_machines_go_to_the_first_availability_zone_with_capacity(moto_server: Any) -> None:
+    p = _provider(moto_server, "zones")
+    offer = next(o for o in await p.offers() if not o.spot)
+    wanted = offer.model_copy(update={"zones": ("us-east-1c", "us-east-1d")})
+    (first,) = await p.create_instances("z", wanted, 1)
+    assert first.zone == "us-east-1c"
+    # us-east-1c has no room now: the next zone of the list takes the machine
+    from botocore.awsrequest import AWSResponse
+
+    refusal = (
+        b'<?xml version="1.0"?><Response><Errors><Error><Code>InsufficientInstanceCapacity'
+        b"</Code><Message>none</Message></Error></Errors><RequestID>x</RequestID></Response>"
+    )
+
+    def full_zone(request: Any, **_: Any) -> AWSResponse | None:
+        data = request.body.decode() if isinstance(request.body, bytes) else str(request.body)
+        if "Placement.AvailabilityZone=us-east-1c" in data:
+            return AWSResponse(request.url, 400, {}, _Raw(refusal))
+        return None
+
+    p.client(REGION).meta.events.register("before-send.ec2.RunInstances", full_zone)
+    (second,) = await p.create_instances("z", wanted, 1)
+    assert second.zone == "us-east-1d"
+    only_c = offer.model_copy(update={"zones": ("us-east-1c",)})
+    with pytest.raises(CapacityError):  # every zone it may use is full: the next offer's turn
+        await p.create_instances("z", only_c, 1)
+    await p.terminate([first, second])
+    await p.close()
+
+
+async def test_a_configured_subnet_outside_the_zones_is_named(moto_server: Any) -> None:
+    ec2 = _provider(moto_server, "subnets").client(REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
+    subnet_a = ec2.create_subnet(VpcId=vpc, CidrBlock="10.7.1.0/24", AvailabilityZone="us-east-1a")
+    subnet_b = ec2.create_subnet(VpcId=vpc, CidrBlock="10.7.2.0/24", AvailabilityZone="us-east-1b")
+    ids = [subnet_a["Subnet"]["SubnetId"], subnet_b["Subnet"]["SubnetId"]]
+    cfg = AWSBackend.model_validate({"type": "aws", "regions": [REGION], "subnet_ids": ids})
+    p = AWSProvider(cfg, project="subnets", lineage="l1", ssh_public_key=KEY,
+                    endpoint_url=moto_server.endpoint_url)  # fmt: skip
+    offer = next(o for o in await p.offers() if not o.spot)
+    (made,) = await p.create_instances("s", offer.model_copy(update={"zones": ("us-east-1b",)}), 1)
+    assert made.zone == "us-east-1b"  # the configured subnet in that zone
+    with pytest.raises(ProviderError, match=r"none of the configured subnets .* \(us-east-1e\)"):
+        await p.create_instances("s", offer.model_copy(update={"zones": ("us-east-1e",)}), 1)
+    await p.terminate([made])
+    await p.close()

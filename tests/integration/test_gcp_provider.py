@@ -173,6 +173,24 @@ async def test_a_full_zone_falls_to_the_next_zone_then_the_next_offer(
     assert len(await p.tagged_instances("l4")) == 2
 
 
+async def test_availability_zones_choose_and_order_the_zones_tried(
+    gcp: FakeGCP, tmp_path: Path
+) -> None:
+    p = _provider(gcp, tmp_path)
+    offers = [o for o in await p.offers(ResourcesSpec.model_validate({"gpu": "L4"})) if not o.spot]
+    offer = offers[0]
+    # zone b is wanted first, and then a zone that does not offer the type (skipped)
+    wanted = offer.model_copy(update={"zones": ("us-central1-b", "us-central1-z")})
+    (inst,) = await p.create_instances("zl4", wanted, 1)
+    assert inst.zone == "us-central1-b" and inst.id.startswith("us-central1-b/")
+    gcp.refusals[("g2-standard-4", "us-central1-b")] = Refusal(
+        "operation", "ZONE_RESOURCE_POOL_EXHAUSTED"
+    )
+    with pytest.raises(CapacityError):  # zone a has room, but it is not one of the fleet's
+        await p.create_instances("zl4", wanted, 1)
+    assert len(await p.tagged_instances("zl4")) == 1
+
+
 async def test_a_refusal_that_is_not_about_capacity_fails_at_once(
     gcp: FakeGCP, tmp_path: Path
 ) -> None:

@@ -71,3 +71,44 @@ def test_when_nothing_is_left_each_rule_says_how_many_it_turned_away() -> None:
         "1 lack the resources"
     )
     assert rank_offers([], OfferPolicy()).why_none() == "no offers at all"
+
+
+def test_availability_zones_keep_offers_in_their_regions_and_travel_with_them() -> None:
+    zones = ("eu-west-1b", "us-east-1d", "us-east-1a")
+    ranking = rank_offers(OFFERS, OfferPolicy(zones=zones))
+    assert {(o.region, o.zones) for o in ranking.ranked} == {
+        ("us-east-1", ("us-east-1d", "us-east-1a")),  # the fleet's order, this region's zones
+        ("eu-west-1", ("eu-west-1b",)),
+    }
+    only_eu = rank_offers(OFFERS, OfferPolicy(zones=("eu-west-1c",)))
+    assert [o.region for o in only_eu.ranked] == ["eu-west-1"]
+    elsewhere = rank_offers(OFFERS, OfferPolicy(zones=("ap-south-1a",), spot_policy="auto"))
+    assert elsewhere.ranked == ()
+    assert (
+        elsewhere.why_none() == "no offer matches: 5 are in regions without the availability_zones"
+    )  # noqa: E501
+    # Azure's zones name no region: no offer is in them
+    assert rank_offers(OFFERS, OfferPolicy(zones=("1", "2"))).ranked == ()
+    assert rank_offers(OFFERS, OfferPolicy()).ranked[0].zones is None  # any zone
+
+
+def test_a_fleets_availability_zones_reach_the_offers_apply_creates_from() -> None:
+    import asyncio
+
+    from dstack_plan.apply.fleet_offers import ranked_offers
+    from dstack_plan.config.fleet import FleetSpec
+
+    class Listed:
+        name = "aws"
+
+        async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:
+            return OFFERS
+
+    spec = FleetSpec.model_validate(
+        {"type": "fleet", "name": "zoned", "nodes": 1, "availability_zones": ["us-east-1f"]}
+    )
+    ranking = asyncio.run(ranked_offers(spec, [Listed()]))  # type: ignore[list-item]
+    assert [(o.instance_type, o.zones) for o in ranking.ranked] == [
+        ("m5.2xlarge", ("us-east-1f",)),
+        ("g5.xlarge", ("us-east-1f",)),
+    ]

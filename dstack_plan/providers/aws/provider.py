@@ -259,13 +259,47 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
         return len([i for i in await self._tagged(region, fleet)])
 
     async def create_instances(self, fleet: str, offer: Offer, count: int) -> list[Instance]:
-        """`run_instances` of `count` machines of `offer`; CapacityError on no capacity/quota."""
+        """`run_instances` of `count` machines of `offer`, in the first of its `zones` with
+        capacity (any zone when it names none); CapacityError on no capacity/quota."""
+        region = offer.region
+        subnets = self.config.subnet_ids if self.config else None
+        subnet = subnets[0] if subnets else None
+        if subnet is not None and offer.zones:
+            # a subnet lies in one zone: the first configured one in a wanted zone
+            subnet = await self._subnet_in(region, subnets or (), offer.zones)
+            zones: tuple[str | None, ...] = (None,)
+        else:
+            zones = offer.zones or (None,)
+        refusal: CapacityError | None = None
+        for zone in zones:
+            try:
+                return await self._run_instances(fleet, offer, count, subnet, zone)
+            except CapacityError as e:
+                refusal = e  # another zone may have room
+        assert refusal is not None
+        raise refusal
+
+    async def _subnet_in(self, region: str, subnets: Sequence[str], zones: Sequence[str]) -> str:
+        found = await self._api(
+            functools.partial(self.client(region).describe_subnets, SubnetIds=list(subnets))
+        )
+        zone_of = {str(s["SubnetId"]): str(s["AvailabilityZone"]) for s in found["Subnets"]}
+        for subnet in subnets:
+            if zone_of.get(subnet) in zones:
+                return subnet
+        raise ProviderError(
+            NAME,
+            f"none of the configured subnets ({', '.join(subnets)}) is in the fleet's "
+            f"availability_zones ({', '.join(zones)})",
+        )
+
+    async def _run_instances(
+        self, fleet: str, offer: Offer, count: int, subnet: str | None, zone: str | None
+    ) -> list[Instance]:
         import botocore.exceptions as bx
 
         region = offer.region
         ec2 = self.client(region)
-        subnets = self.config.subnet_ids if self.config else None
-        subnet = subnets[0] if subnets else None
         start = await self._existing_count(region, fleet)
         kw: dict[str, Any] = {
             "ImageId": await self._image(region),
@@ -284,6 +318,8 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
             kw["KeyName"] = key
         if subnet:
             kw["SubnetId"] = subnet
+        if zone:
+            kw["Placement"] = {"AvailabilityZone": zone}
         if offer.spot:
             kw["InstanceMarketOptions"] = {
                 "MarketType": "spot",

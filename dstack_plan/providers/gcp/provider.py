@@ -389,9 +389,12 @@ class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks, Provide
         raise ProviderError(NAME, f"{code} creating {offer.instance_type} in {zone}")
 
     async def create_instances(self, fleet: str, offer: Offer, count: int) -> list[Instance]:
-        """`count` instances of `offer` in the first zone of its region with room for all;
-        CapacityError when none has. Waits for the insert operations (seconds)."""
+        """`count` instances of `offer` in the first zone of its region (of its `zones`, in
+        their order, when it names some) with room for all; CapacityError when none has.
+        Waits for the insert operations (seconds)."""
         zones = (await self.zones()).get(offer.region, {}).get(offer.instance_type, [])
+        if offer.zones is not None:
+            zones = [z for z in offer.zones if z in zones]
         if not zones:
             raise CapacityError(NAME, "NOT_OFFERED", offer)
         await self._firewall()

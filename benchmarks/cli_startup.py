@@ -19,9 +19,13 @@ terminal) and builds one pydantic model.
 
 With `--dstack-cli PATH` (dstack's own console script, e.g. 0.22.5 installed in a venv of its
 own: `python3 -m venv /tmp/d && /tmp/d/bin/pip install dstack==0.22.5`), its `--help` is timed
-in the same alternation, and our `plan` must take under half of it.
+in the same alternation, and our `plan` must take under half of it. With `--dstack-home DIR`
+too (a HOME whose `~/.dstack/config.yml` points at a running `dstack server` of that version,
+which starts offline: `HOME=DIR dstack server --host 127.0.0.1`), its plan of the same task is
+timed as well: `dstack apply -f task.dstack.yml` answered `n` at its "Submit the run?" prompt,
+which it shows after asking the server for the plan and printing it.
 
-    python benchmarks/cli_startup.py [-n 10] [--dstack-cli PATH]
+    python benchmarks/cli_startup.py [-n 10] [--dstack-cli PATH [--dstack-home DIR]]
 """
 
 from __future__ import annotations
@@ -37,12 +41,18 @@ from pathlib import Path
 
 TARGETS = {"--help": 0.25, "plan": 0.5, "plan (agent up)": 0.5}
 THEIRS = "(dstack's --help)"
-PROJECT = """\
+THEIR_PLAN = "(dstack's plan)"
+TASK = """\
 type: task
 name: hello
 commands:
   - echo hi
 resources: {cpu: 1.., memory: 0.1GB.., disk: 1GB..}
+"""
+"""The project's task: alone, what dstack's `apply -f` is given (it takes one configuration)."""
+PROJECT = (
+    TASK
+    + """\
 ---
 type: service
 name: web
@@ -56,6 +66,7 @@ name: dev
 ide: vscode
 resources: {cpu: 1..}
 """
+)
 
 
 def console_script() -> Path:
@@ -65,10 +76,15 @@ def console_script() -> Path:
     return script
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str], expect: str) -> float:
-    """Seconds one run of `argv` takes; exits if it fails or does not print `expect`."""
+def run(
+    argv: list[str], cwd: Path, env: dict[str, str], expect: str, answer: str | None = None
+) -> float:
+    """Seconds one run of `argv` takes (`answer` on its stdin); exits if it fails or does not
+    print `expect`."""
     started = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, input=answer
+    )
     elapsed = time.perf_counter() - started
     if done.returncode != 0 or expect not in done.stdout:
         command = " ".join(argv)
@@ -92,6 +108,7 @@ def measure(
     agent_dir: Path,
     n: int,
     theirs: Path | None = None,
+    their_home: Path | None = None,
 ) -> dict[str, list[float]]:
     """Times of each command; `agent_dir` is where an agent runs (env's dir has none)."""
     planned = "Plan: 3 to add, 0 to change, 0 to destroy."
@@ -106,13 +123,23 @@ def measure(
     }
     if theirs is not None:
         commands[THEIRS] = ([str(theirs), "--help"], "Usage", env)
-    for argv, expect, run_env in commands.values():  # warm-up: bytecode and page cache
+    cwd = dict.fromkeys(commands, project)
+    if theirs is not None and their_home is not None:
+        their_project = project.parent / "theirs"
+        their_project.mkdir(exist_ok=True)
+        (their_project / "task.dstack.yml").write_text(TASK)
+        their_env = {**env, "HOME": str(their_home)}
+        argv = [str(theirs), "apply", "-f", "task.dstack.yml"]
+        commands[THEIR_PLAN] = (argv, "Submit the run", their_env)
+        cwd[THEIR_PLAN] = their_project
+    answers = {THEIR_PLAN: "n\n"}
+    for name, (argv, expect, run_env) in commands.items():  # warm-up: bytecode, page cache
         for _ in range(2):
-            run(argv, project, run_env, expect)
+            run(argv, cwd[name], run_env, expect, answers.get(name))
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(n):
         for name, (argv, expect, run_env) in commands.items():
-            times[name].append(run(argv, project, run_env, expect))
+            times[name].append(run(argv, cwd[name], run_env, expect, answers.get(name)))
     return times
 
 
@@ -120,6 +147,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=10, help="timed runs of each command")
     parser.add_argument("--dstack-cli", type=Path, help="dstack's own console script")
+    parser.add_argument(
+        "--dstack-home", type=Path, help="a HOME whose dstack config names a running dstack server"
+    )
     args = parser.parse_args()
     script = console_script()
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -137,8 +167,9 @@ def main() -> int:
         agent = [sys.executable, "-m", "dstack_plan.agent"]
         subprocess.run([*agent, "start", "--data-dir", str(agent_dir)], check=True, timeout=60)
         try:
-            with_cache = measure(script, project, cached, agent_dir, args.n, args.dstack_cli)
-            without_cache = measure(script, project, sandbox, agent_dir, args.n, args.dstack_cli)
+            theirs = (args.dstack_cli, args.dstack_home)
+            with_cache = measure(script, project, cached, agent_dir, args.n, *theirs)
+            without_cache = measure(script, project, sandbox, agent_dir, args.n, *theirs)
         finally:
             subprocess.run(
                 [*agent, "stop", "--data-dir", str(agent_dir)], capture_output=True, timeout=60
@@ -166,6 +197,12 @@ def main() -> int:
         print(
             f"dstack plan {medians['plan']:.3f} s vs dstack's own --help {theirs:.3f} s: "
             f"{ratio:.2f}x (target < 0.5x) -> {'OK' if ratio < 0.5 else 'MISS'}"
+        )
+    if THEIR_PLAN in with_cache:
+        their_plan = statistics.median(with_cache[THEIR_PLAN])
+        print(
+            f"dstack plan {medians['plan']:.3f} s vs dstack's own plan of the task "
+            f"(apply -f, answered n) {their_plan:.3f} s: {medians['plan'] / their_plan:.2f}x"
         )
     return 0
 

@@ -95,7 +95,7 @@ def test_a_run_that_finds_on_prem_busy_bursts_to_a_new_cloud_machine_released_wh
     first = state(project)["resources"]["task.first"]["attributes"]
     assert first["fleet"] == "onprem" and tagged(ec2, project) == {}  # fits on-prem: no cloud
 
-    (project / "second.dstack.yml").write_text(TASK.format(name="second", seconds=1))
+    (project / "second.dstack.yml").write_text(TASK.format(name="second", seconds=15))
     planned = dstack("plan", "--json")
     assert planned.returncode == 0, planned.stderr
     placement = change_of(json.loads(planned.stdout), "task.second")["placement"]
@@ -115,6 +115,14 @@ def test_a_run_that_finds_on_prem_busy_bursts_to_a_new_cloud_machine_released_wh
     assert [i["hostname"] for i in resources["fleet.burst"]["attributes"]["instances"]] == [gpu2]
     assert resources["task.second"]["attributes"]["fleet"] == "burst"
     assert resources["task.second"]["attributes"]["price_per_hour"] == 0.0  # the fleet's
+    # a third run finds on-prem and the fleet's one machine busy, and nodes.max reached
+    (project / "third.dstack.yml").write_text(TASK.format(name="third", seconds=1))
+    waiting = dstack("plan", "--json")
+    assert waiting.returncode == 0, waiting.stdout + waiting.stderr
+    left = change_of(json.loads(waiting.stdout), "task.third")["placement"]
+    assert left["fleet"] == "onprem" and left["placed"] is False, left
+    assert "; fleet burst: nodes.max 1 reached (1 up; needs 1 more)" in left["note"], left
+    (project / "third.dstack.yml").unlink()
     wait_for_status(dstack, "task.second", {"done"}, timeout=60)
     assert dstack("logs", "second").stdout == "second on gpu2\n"
 

@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
     from dstack_plan.apply.fleet_records import BandwidthRecord
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.apply.report import ApplyReport
+    from dstack_plan.apply.volume_mounts import VolumeSite
     from dstack_plan.config.fleet import SSHConfig
     from dstack_plan.config.volume import VolumeSpec
     from dstack_plan.providers.configured import ConfiguredClouds
@@ -557,14 +558,19 @@ class Project:
                 )
             from dstack_plan.apply.bursting import burst_offer
             from dstack_plan.apply.cloud_records import CloudFleetRecord
+            from dstack_plan.apply.volume_mounts import volume_needs
             from dstack_plan.config.fleet import FleetSpec
 
             fleet_spec = spec_from_normalized("fleet", dict(entry.spec))
             assert isinstance(fleet_spec, FleetSpec)
             providers = self.clouds.providers(entry.provider, state.lineage, creating=False)
             record = CloudFleetRecord.of(entry)
+            needs = volume_needs(spec, name, entry.provider, self._volume_sites(state))
+            if needs.never is not None:
+                why_not.append(f"fleet {name}: {needs.never}")
+                continue
             offered = await burst_offer(
-                spec, name, fleet_spec, record, providers, left, claimed.get(name, 0)
+                spec, name, fleet_spec, record, providers, left, claimed.get(name, 0), needs.zone
             )
             if isinstance(offered, Placement):
                 return offered
@@ -575,12 +581,7 @@ class Project:
         deployment = str(self.deployment)
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
-            from dstack_plan.apply.volume_mounts import volume_sites
-
-            # `of_kind("volume")` holds VolumeSpecs only; a project without volumes never
-            # imports their model
-            declared = cast("list[VolumeSpec]", [r.spec for r in self.load().of_kind("volume")])
-            volumes = volume_sites(state, declared)
+            volumes = self._volume_sites(state)
             return place_on_fleet(
                 runs, load.candidates, load.busy, deployment, load.labels, load.bandwidth, volumes
             )
@@ -588,6 +589,15 @@ class Project:
         provider = "ssh" if fleet != LOCAL_FLEET else LOCAL_PROVIDER
         waiting = Placement(fleet=fleet, provider=provider, placed=False, pending=True, note=note)
         return FleetPlacements({r.address: waiting for r in runs}, {})
+
+    def _volume_sites(self, state: State) -> dict[str, VolumeSite]:
+        """Where each volume the project declares or state records lives."""
+        from dstack_plan.apply.volume_mounts import volume_sites
+
+        # `of_kind("volume")` holds VolumeSpecs only; a project without volumes never imports
+        # their model
+        declared = cast("list[VolumeSpec]", [r.spec for r in self.load().of_kind("volume")])
+        return volume_sites(state, declared)
 
     # -- apply ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.apply.cloud_records import CloudFleetRecord
 from dstack_plan.apply.events import plural
-from dstack_plan.apply.fleet_offers import machine_offer, offer_text, ranked_offers
+from dstack_plan.apply.fleet_offers import machine_offer, offer_text, ranked_offers, run_zones
 from dstack_plan.apply.jobs import slots
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.model import Placement
@@ -45,12 +45,17 @@ async def burst_offer(
     providers: Sequence[Provider],
     left: Placement,
     claimed: int = 0,
+    volume_zone: str | None = None,
 ) -> Placement | str:
     """New machines of cloud fleet `fleet` for `run`, which its first fleet could not take
-    (`left` says why); else why not, to add to the run's reason: the fleet has no room
-    (beyond the `claimed` machines other runs of the plan burst to it for), its cloud is not
-    configured or cannot be asked, or no offer fits the run."""
+    (`left` says why), in `volume_zone` when its volumes are there; else why not, to add to
+    the run's reason: the fleet has no room (beyond the `claimed` machines other runs of the
+    plan burst to it for), its cloud is not configured or cannot be asked, no offer fits the
+    run, or the fleet's zones exclude its volumes."""
     count = len(slots(run))
+    zones = run_zones(spec, volume_zone)
+    if isinstance(zones, str):
+        return f"fleet {fleet}: {zones}"
     space = room(spec, record)
     space = None if space is None else space - claimed
     if space is not None and space < count:
@@ -62,7 +67,7 @@ async def burst_offer(
     if not providers:
         return f"fleet {fleet}: its backend is not configured"
     try:
-        ranking = await ranked_offers(spec, providers, run.resources)
+        ranking = await ranked_offers(spec, providers, run.resources, zones)
     except ProviderError as error:  # the run stays where the plan put it
         return f"fleet {fleet}: offers could not be asked ({error})"
     if not ranking.ranked:

@@ -245,9 +245,10 @@ class CloudFleetHandler(ResourceHandler):
         self, change: ResourceChange, spec: FleetSpec, lineage: str, run: ResourcesSpec | None
     ) -> list[Offer]:
         providers = self._providers(change.provider, lineage)
-        ranking = await ranked_offers(spec, providers, run)
-        offers = list(ranking.ranked)
         planned = change.placement.offer if change.placement is not None else None
+        zones = planned.zones if planned is not None else None  # as planned: a volume's zone
+        ranking = await ranked_offers(spec, providers, run, zones)
+        offers = list(ranking.ranked)
         if planned is not None:  # what the plan showed goes first, if still offered
             first = [
                 o

@@ -47,13 +47,35 @@ def offer_policy(spec: FleetSpec) -> OfferPolicy:
 
 
 async def ranked_offers(
-    spec: FleetSpec, providers: Sequence[Provider], run: ResourcesSpec | None = None
+    spec: FleetSpec,
+    providers: Sequence[Provider],
+    run: ResourcesSpec | None = None,
+    zones: Sequence[str] | None = None,
 ) -> OfferRanking:
     """Every offer of `providers` that `spec` allows (and that holds `run`'s resources, for
-    machines added for a run), in the order to try them."""
+    machines added for a run; in `zones` when given, instead of the fleet's own), in the
+    order to try them."""
     listed = await asyncio.gather(*(p.offers(spec.resources) for p in providers))
     offers: list[Offer] = [o for found in listed for o in found]
-    return rank_offers(offers, replace(offer_policy(spec), run=run))
+    policy = replace(offer_policy(spec), run=run)
+    if zones is not None:
+        policy = replace(policy, zones=tuple(zones))
+    return rank_offers(offers, policy)
+
+
+def run_zones(spec: FleetSpec, volume_zone: str | None) -> tuple[str, ...] | str | None:
+    """Where machines of fleet `spec` for a run whose volumes are in `volume_zone` may be
+    created: that zone, if the fleet's `availability_zones` allow it (else why not, as a
+    string); the fleet's own zones (None: any) for a run without zoned volumes."""
+    if volume_zone is None:
+        return spec.availability_zones
+    allowed = spec.availability_zones
+    if allowed is not None and volume_zone not in allowed:
+        return (
+            f"its volumes are in {volume_zone}, which is not one of the fleet's "
+            f"availability_zones ({', '.join(allowed)})"
+        )
+    return (volume_zone,)
 
 
 async def fleet_placement(
@@ -106,10 +128,12 @@ async def fleet_placement(
 
 
 def offer_text(offer: Offer) -> str:
-    """`g5.xlarge in aws us-east-1 (spot) at $0.405/h each`."""
+    """`g5.xlarge in aws us-east-1 (spot) at $0.405/h each`; with zones, `in aws us-east-1
+    (us-east-1b, us-east-1c)`."""
     spot = " (spot)" if offer.spot else ""
+    zones = f" ({', '.join(offer.zones)})" if offer.zones else ""
     return (
-        f"{offer.instance_type} in {offer.provider} {offer.region}{spot} at "
+        f"{offer.instance_type} in {offer.provider} {offer.region}{zones}{spot} at "
         f"${offer.price_per_hour:.3f}/h each"
     )
 
@@ -123,4 +147,5 @@ def machine_offer(offer: Offer, count: int) -> MachineOffer:
         spot=offer.spot,
         price_per_hour=offer.price_per_hour,
         count=count,
+        zones=offer.zones,
     )

@@ -89,6 +89,9 @@ class MachineOffer(Frozen):
     """$ per hour for one machine."""
     count: int
     """Machines the change creates (a scale-down creates none: 0)."""
+    zones: tuple[str, ...] | None = None
+    """The zones they must be created in, in order (the fleet's `availability_zones`, or the
+    zone of the volumes the run they are for mounts); None: any zone of the region."""
 
 
 class Placement(Frozen):

@@ -85,3 +85,26 @@ def test_an_unconfigured_backend_is_named() -> None:
     run = task()
     why = asyncio.run(burst_offer(run, "burst", FLEET, CloudFleetRecord(), [], LEFT))
     assert why == "fleet burst: its backend is not configured"
+
+
+def test_a_run_with_zoned_volumes_bursts_to_machines_in_their_zone() -> None:
+    run = task()
+    placed = asyncio.run(
+        burst_offer(run, "burst", FLEET, CloudFleetRecord(), [Catalogue()], LEFT, 0, "us-east-1c")
+    )
+    assert isinstance(placed, Placement) and placed.offer is not None
+    assert placed.offer.zones == ("us-east-1c",)  # apply creates them there
+    assert placed.note is not None and "in aws us-east-1 (us-east-1c) (spot)" in placed.note
+    zoned = FLEET.model_copy(update={"availability_zones": ("us-east-1a", "us-east-1b")})
+    why = asyncio.run(
+        burst_offer(run, "burst", zoned, CloudFleetRecord(), [Catalogue()], LEFT, 0, "us-east-1c")
+    )
+    assert why == (
+        "fleet burst: its volumes are in us-east-1c, which is not one of the fleet's "
+        "availability_zones (us-east-1a, us-east-1b)"
+    )
+    anywhere = asyncio.run(
+        burst_offer(run, "burst", zoned, CloudFleetRecord(), [Catalogue()], LEFT)
+    )
+    assert isinstance(anywhere, Placement) and anywhere.offer is not None
+    assert anywhere.offer.zones == ("us-east-1a", "us-east-1b")  # the fleet's own

@@ -14,8 +14,11 @@ from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.state.model import ResourceState
 
 
-def run_notes(entry: ResourceState, attributes: dict[str, Any] | None = None) -> list[str]:
-    """The notes for run `entry` (with `attributes` as refreshed, when given), in order."""
+def run_notes(
+    entry: ResourceState, attributes: dict[str, Any] | None = None, served: bool = True
+) -> list[str]:
+    """The notes for run `entry` (with `attributes` as refreshed, when given), in order.
+    `served`: a `dstack watch` leads, so the service URL it recorded answers."""
     attributes = entry.attributes if attributes is None else attributes
     notes = []
     retry = _dict(attributes.get("retry"))
@@ -32,7 +35,7 @@ def run_notes(entry: ResourceState, attributes: dict[str, Any] | None = None) ->
         notes.append(f"next run {clock_time(next_run, seconds=False)}")
     url = service_url(entry)
     if url:
-        notes.append(f"serving {url}")
+        notes.append(f"serving {url}" if served else f"not served: no dstack watch runs ({url})")
     scaling = scaling_note(entry.model_copy(update={"attributes": attributes}))
     if scaling:
         notes.append(scaling)

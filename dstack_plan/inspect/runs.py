@@ -19,6 +19,7 @@ from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.inspect.notes import run_notes
+from dstack_plan.state.lease import leader
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
@@ -154,9 +155,13 @@ async def list_runs(
     for run in run_entries(state):
         if addresses is None or run.address in addresses:
             by_fleet.setdefault(fleet_of(run), []).append(run)
+    # a service's URL is the proxy of the watch that recorded it: it answers while one leads
+    served = any(r.kind == "service" for rs in by_fleet.values() for r in rs) and (
+        leader(project.backend, now) is not None
+    )
     views: list[RunView] = []
     for fleet, runs in by_fleet.items():
-        views += await _fleet_views(project, fleet, runs)
+        views += await _fleet_views(project, fleet, runs, served)
     kept = [
         v
         for v in views
@@ -166,7 +171,9 @@ async def list_runs(
     return kept
 
 
-async def _fleet_views(project: Project, fleet: str, runs: list[ResourceState]) -> list[RunView]:
+async def _fleet_views(
+    project: Project, fleet: str, runs: list[ResourceState], served: bool
+) -> list[RunView]:
     from dstack_plan.apply.records import for_handler
 
     live = [for_handler(r) for r in runs if not r.tainted]
@@ -189,11 +196,15 @@ async def _fleet_views(project: Project, fleet: str, runs: list[ResourceState]) 
                 infos.update({j.id: j for j in await agent.list_jobs()})
     except (AgentError, ProviderError) as e:
         error = str(e)
-    return [_view(run, found.get(run.address), infos, error) for run in runs]
+    return [_view(run, found.get(run.address), infos, error, served) for run in runs]
 
 
 def _view(
-    run: ResourceState, found: Refreshed | None, infos: dict[str, JobInfo], error: str | None
+    run: ResourceState,
+    found: Refreshed | None,
+    infos: dict[str, JobInfo],
+    error: str | None,
+    served: bool,
 ) -> RunView:
     status, attributes = run.status, dict(run.attributes)
     if found is not None:
@@ -217,8 +228,8 @@ def _view(
         error=error,
         failure=_failure(jobs) if status == "failed" else None,
         jobs=jobs,
-        notes=run_notes(run, attributes),
-        url=service_url(run),
+        notes=run_notes(run, attributes, served),
+        url=service_url(run) if served else None,
         scaling=ScalingRecord.of(run.attributes) if run.kind == "service" else None,
     )
 

@@ -183,7 +183,13 @@ class LeaderLease:
 
     def current(self) -> LeaseRecord | None:
         """Who leads now: the stored record while unexpired, else None."""
-        record = parse_lease(self.backend.read_record(LEASE_RECORD).data)
-        if record is None or record.is_expired(self.clock.now()):
-            return None
-        return record
+        return leader(self.backend, self.clock.now())
+
+
+def leader(backend: StateBackend, now: float) -> LeaseRecord | None:
+    """The watch that leads on `backend` at `now`: its record while unexpired and its
+    process is not known to be gone; None when no watch leads."""
+    record = parse_lease(backend.read_record(LEASE_RECORD).data)
+    if record is None or record.is_expired(now) or _holder_died(record):
+        return None
+    return record

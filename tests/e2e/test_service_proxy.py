@@ -4,6 +4,7 @@ on the local fleet with a real agent and real containers: requests reach both re
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -25,35 +26,47 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def watching(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[Any]:
-    started: list[subprocess.Popen[str]] = []
+    watches = Watches(tmp_path / "project", cli_env)
+    yield watches
+    watches.stop()
 
-    def start(proxy_port: bool = True) -> str:
+
+class Watches:
+    """`dstack watch` processes of one project: call to start one, `stop()` ends them all."""
+
+    def __init__(self, project: Path, env: dict[str, str]) -> None:
+        self.project, self.env = project, env
+        self.started: list[subprocess.Popen[str]] = []
+
+    def __call__(self, proxy_port: bool = True) -> str:
         """Start watch; the proxy's URL. Without `proxy_port`, watch must serve by itself
         (a gateway in state asks for it)."""
         serve = ["--proxy-port", "0"] if proxy_port else []
         proc = subprocess.Popen(
             [*CLI, "watch", "--interval", "0.5s", *serve],
-            cwd=tmp_path / "project",
-            env=cli_env,
+            cwd=self.project,
+            env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        started.append(proc)
+        self.started.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()
         found = re.search(r"Services: (http://127\.0\.0\.1:\d+)/proxy/services/", line)
         assert found, line + (proc.stderr.read() if proc.stderr else "")
         return found.group(1)
 
-    yield start
-    for proc in started:
-        proc.send_signal(signal.SIGINT)
-        try:
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    def stop(self) -> None:
+        """Ctrl-C every watch started, each of which must exit 0."""
+        while self.started:
+            proc = self.started.pop()
+            proc.send_signal(signal.SIGINT)
+            try:
+                assert proc.wait(timeout=30) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
 
 
 def until(check: Any, timeout: float = 30) -> Any:
@@ -101,4 +114,10 @@ def test_watch_serves_a_services_replicas_through_its_proxy(
         return seen == {"replica-0"}
 
     assert until(only_first)
+    # ps shows where it is served while watch runs, and says when no watch serves it
+    assert until(lambda: json.loads(dstack("ps", "--json").stdout)[0]["url"] == url)
+    watching.stop()
+    (row,) = json.loads(dstack("ps", "--json").stdout)
+    assert row["url"] is None
+    assert f"not served: no dstack watch runs ({url})" in row["notes"], row["notes"]
     assert dstack("destroy", "-y").returncode == 0

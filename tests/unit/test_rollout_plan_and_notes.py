@@ -98,6 +98,11 @@ def test_ps_notes_come_from_state_attributes(tmp_path: Path) -> None:
         "scaling by rps needs `dstack watch --proxy-port`: keeps 1 replica (replicas 1..4)"
     ]
     assert run_notes(_entry(WEB, tmp_path / "e")) == []
+    served = _entry(WEB, tmp_path / "f", service_url="http://127.0.0.1:8080/proxy/services/web/")
+    assert run_notes(served) == ["serving http://127.0.0.1:8080/proxy/services/web/"]
+    assert run_notes(served, served=False) == [
+        "not served: no dstack watch runs (http://127.0.0.1:8080/proxy/services/web/)"
+    ]
 
 
 def test_ps_keeps_each_job_on_one_line_in_a_narrow_terminal(tmp_path: Path) -> None:

@@ -215,9 +215,21 @@ def run_span_id(run: ResourceState) -> str:
 
 SERVICE_URL_KEY = "service_url"
 """A service's URL on the proxy of the `dstack watch` that serves it (watch writes it)."""
+SERVED_BY_KEY = "served_by"
+"""The leader-lease holder id of the watch that serves it (`state/lease.py`)."""
 
 
 def service_url(entry: ResourceState) -> str | None:
     """Where a service is served, as the watch that serves it recorded; None for others."""
     url = entry.attributes.get(SERVICE_URL_KEY) if entry.kind == "service" else None
     return url if isinstance(url, str) else None
+
+
+def served_now(entry: ResourceState, leader: str | None) -> bool:
+    """Whether the watch that recorded the service's URL still serves it, when the watch
+    holding the lease now is `leader` (None: no watch leads). A record without the holder
+    (an older watch) counts as served by whichever watch leads."""
+    if leader is None:
+        return False
+    holder = entry.attributes.get(SERVED_BY_KEY)
+    return holder is None or holder == leader

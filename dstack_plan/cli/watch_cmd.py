@@ -145,9 +145,9 @@ def watch(
             log_class = LoggedEventLog if logged else EventLog
             events = log_class(project.backend, secret_guard=project.guard)
             if proxy_port is not None:
-                serving = await _serve_services(project, proxy_host, proxy_port)
+                serving = await _serve_services(project, proxy_host, proxy_port, lease.holder_id)
             elif await _has_gateways(project):  # a gateway's requests come to this proxy
-                serving = await _serve_services(project, proxy_host, 0)
+                serving = await _serve_services(project, proxy_host, 0, lease.holder_id)
             actors = default_actors(serving)
             reporters: list[Reporter] = [report, export]
             if history is not None:  # the UI's metrics over time
@@ -177,13 +177,14 @@ async def _has_gateways(project: Project) -> bool:
     return any(e.kind == "gateway" for e in snapshot.state.resources.values())
 
 
-async def _serve_services(project: Project, host: str, port: int) -> Serving:
-    """Start serving the services; says where."""
+async def _serve_services(project: Project, host: str, port: int, holder: str) -> Serving:
+    """Start serving the services for the watch holding (or wanting) lease `holder`; says
+    where."""
     from dstack_plan.cli.output import print_lines
     from dstack_plan.proxy.token import TOKEN_FILE
     from dstack_plan.watch.serving import serve_services
 
-    serving = await serve_services(project, host, port)
+    serving = await serve_services(project, host, port, holder)
     print_lines([
         f"Services: {serving.url}/proxy/services/NAME/ (auth: Bearer token in {TOKEN_FILE})"
     ])  # fmt: skip

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from dstack_plan.agent.api_models import PublishedPort
-from dstack_plan.apply.run_records import JobRecord, RunRecord, service_url
+from dstack_plan.apply.run_records import JobRecord, RunRecord, served_now, service_url
 from dstack_plan.apply.runs import fleet_of
 from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.config.kinds import RUN_KINDS
@@ -155,13 +155,14 @@ async def list_runs(
     for run in run_entries(state):
         if addresses is None or run.address in addresses:
             by_fleet.setdefault(fleet_of(run), []).append(run)
-    # a service's URL is the proxy of the watch that recorded it: it answers while one leads
-    served = any(r.kind == "service" for rs in by_fleet.values() for r in rs) and (
-        leader(project.backend, now) is not None
-    )
+    # a service's URL is the proxy of the watch that recorded it: it answers while it leads
+    leading = None
+    if any(r.kind == "service" for rs in by_fleet.values() for r in rs):
+        record = leader(project.backend, now)
+        leading = record.holder if record is not None else None
     views: list[RunView] = []
     for fleet, runs in by_fleet.items():
-        views += await _fleet_views(project, fleet, runs, served)
+        views += await _fleet_views(project, fleet, runs, leading)
     kept = [
         v
         for v in views
@@ -172,7 +173,7 @@ async def list_runs(
 
 
 async def _fleet_views(
-    project: Project, fleet: str, runs: list[ResourceState], served: bool
+    project: Project, fleet: str, runs: list[ResourceState], leading: str | None
 ) -> list[RunView]:
     from dstack_plan.apply.records import for_handler
 
@@ -196,7 +197,7 @@ async def _fleet_views(
                 infos.update({j.id: j for j in await agent.list_jobs()})
     except (AgentError, ProviderError) as e:
         error = str(e)
-    return [_view(run, found.get(run.address), infos, error, served) for run in runs]
+    return [_view(run, found.get(run.address), infos, error, leading) for run in runs]
 
 
 def _view(
@@ -204,8 +205,9 @@ def _view(
     found: Refreshed | None,
     infos: dict[str, JobInfo],
     error: str | None,
-    served: bool,
+    leading: str | None,
 ) -> RunView:
+    """`leading`: the lease holder id of the watch that leads now (None: none does)."""
     status, attributes = run.status, dict(run.attributes)
     if found is not None:
         status, attributes, error = found.status, found.attributes, error or found.gone
@@ -228,8 +230,8 @@ def _view(
         error=error,
         failure=_failure(jobs) if status == "failed" else None,
         jobs=jobs,
-        notes=run_notes(run, attributes, served),
-        url=service_url(run) if served else None,
+        notes=run_notes(run, attributes, served_now(run, leading)),
+        url=service_url(run) if served_now(run, leading) else None,
         scaling=ScalingRecord.of(run.attributes) if run.kind == "service" else None,
     )
 

@@ -5,7 +5,8 @@ Forwards stay open from tick to tick while their replica runs and close when it 
 The proxy itself health-checks the replicas; this only says which exist. Each service's
 URL goes into its state attributes (`service_url`), for `ps`: on the proxy, or for a
 service with a gateway, `https://<run>.<domain>/`, which the proxy also routes by host name
-(the gateway's requests arrive through `gateway_tunnels.py`).
+(the gateway's requests arrive through `gateway_tunnels.py`). Beside it goes `served_by`,
+this watch's lease holder id, so `ps` can tell whether the watch serving it still leads.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from dstack_plan.apply.gateways import GatewayRecord, service_gateway
-from dstack_plan.apply.run_records import SERVICE_URL_KEY, RunRecord
+from dstack_plan.apply.run_records import SERVED_BY_KEY, SERVICE_URL_KEY, RunRecord
 from dstack_plan.config.runs import ServiceSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
@@ -37,11 +38,15 @@ class ServiceRouting:
 
     name = "services"
 
-    def __init__(self, proxy: ServiceProxy, token: str, base_url: str):
+    def __init__(
+        self, proxy: ServiceProxy, token: str, base_url: str, holder: str | None = None
+    ) -> None:
         self._proxy = proxy
         self._token = token
         self._base_url = base_url.rstrip("/")
         """Where the proxy listens (`http://127.0.0.1:8000`)."""
+        self._holder = holder
+        """This watch's leader-lease holder id, recorded beside each URL for `ps`."""
         self._forwards: dict[_Key, Forward] = {}
 
     async def act(self, tick: Tick) -> Acted:
@@ -63,8 +68,9 @@ class ServiceRouting:
                 hostname = f"{entry.name}.{record.domain}"
             route = ServiceRoute.from_spec(entry.name, spec, upstreams, self._token, hostname)
             routes.append(route)
-            if entry.attributes.get(SERVICE_URL_KEY) != url:
-                attributes = {**entry.attributes, SERVICE_URL_KEY: url}
+            served = {SERVICE_URL_KEY: url, SERVED_BY_KEY: self._holder}
+            if any(entry.attributes.get(k) != v for k, v in served.items()):
+                attributes = {**entry.attributes, **served}
                 changed[entry.address] = entry.updated(now=entry.updated_at, attributes=attributes)
         self._proxy.set_routes(routes)
         for key in set(self._forwards) - used:

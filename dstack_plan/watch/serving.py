@@ -31,9 +31,12 @@ class Serving:
         await self.routing.close()
 
 
-async def serve_services(project: Project, host: str = "127.0.0.1", port: int = 0) -> Serving:
-    """Start the service proxy on `host`:`port` (0: any free port). Request rates are
-    counted on the project's clock, which the autoscaler's delays are measured on."""
+async def serve_services(
+    project: Project, host: str = "127.0.0.1", port: int = 0, holder: str | None = None
+) -> Serving:
+    """Start the service proxy on `host`:`port` (0: any free port) for the watch whose
+    leader-lease holder id is `holder`. Request rates are counted on the project's clock,
+    which the autoscaler's delays are measured on."""
     from dstack_plan.proxy.server import ServiceProxy
     from dstack_plan.proxy.stats import RequestStats
     from dstack_plan.proxy.token import project_token
@@ -49,7 +52,7 @@ async def serve_services(project: Project, host: str = "127.0.0.1", port: int = 
         raise DstackPlanError(f"cannot serve services on {host}:{port}: {e}") from None
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}"
-    routing = ServiceRouting(proxy, project_token(project.directory), url)
+    routing = ServiceRouting(proxy, project_token(project.directory), url, holder)
     autoscaler = Autoscaler(stats, project.clock.now())
     # a gateway's tunnel ends where the proxy listens (on loopback when it listens on all)
     local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104

@@ -20,6 +20,7 @@ from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.clock import FakeClock
 from dstack_plan.project import Project
 from dstack_plan.state.events import EventLog
+from dstack_plan.state.lease import LeaderLease, new_holder_id
 from dstack_plan.state.select import open_backend
 from dstack_plan.watch.actors import default_actors
 from dstack_plan.watch.loop import Watcher
@@ -68,8 +69,11 @@ def test_watch_scales_a_service_by_its_request_rate_and_to_zero_and_back(
 async def _scale(dstack: Dstack, project: Path, agent_dir: Path) -> None:
     clock = FakeClock(time.time())
     watched = Project(project, agent_dir=agent_dir, clock=clock)
-    serving = await serve_services(watched)
-    watcher = Watcher(watched, events=EventLog(watched.backend), actors=default_actors(serving))
+    lease = LeaderLease(watched.backend, new_holder_id(), clock=clock)
+    serving = await serve_services(watched, holder=lease.holder_id)
+    watcher = Watcher(
+        watched, lease=lease, events=EventLog(watched.backend), actors=default_actors(serving)
+    )
     token = (project / ".dstack" / "service-token").read_text().strip()
     url = f"{serving.url}/proxy/services/web/"
     auth = {"Authorization": f"Bearer {token}"}

@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dstack_plan.apply.rollout import in_progress, job_spec_hash, outdated, progress_note
+from dstack_plan.apply.run_records import served_now
 from dstack_plan.cli.output import Line
 from dstack_plan.cli.plan_view import render_plan
 from dstack_plan.inspect.notes import run_notes
@@ -103,6 +104,11 @@ def test_ps_notes_come_from_state_attributes(tmp_path: Path) -> None:
     assert run_notes(served, served=False) == [
         "not served: no dstack watch runs (http://127.0.0.1:8080/proxy/services/web/)"
     ]
+    # the watch that recorded the URL serves it only while it is the one that leads
+    mine = _entry(WEB, tmp_path / "g", service_url="http://x/", served_by="host:1:ab")
+    assert served_now(mine, "host:1:ab") and not served_now(mine, "host:2:cd")
+    assert not served_now(mine, None)
+    assert served_now(served, "host:2:cd")  # an older watch recorded no holder: any leader
 
 
 def test_ps_keeps_each_job_on_one_line_in_a_narrow_terminal(tmp_path: Path) -> None:

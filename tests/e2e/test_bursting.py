@@ -151,3 +151,46 @@ def test_a_run_that_finds_on_prem_busy_bursts_to_a_new_cloud_machine_released_wh
     destroyed = dstack("destroy", "-y", timeout=300)
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
     assert tagged(ec2, project) == {}
+
+
+VOLUME = """\
+type: volume
+name: data
+backend: aws
+region: us-east-1
+availability_zone: us-east-1c
+size: 1GB
+"""
+
+
+def test_a_run_with_a_zoned_volume_bursts_to_a_machine_planned_in_its_zone(
+    dstack: Dstack, hybrid: Path
+) -> None:
+    project = hybrid
+    fleets = dstack("apply", "-y", timeout=300)  # the cloud fleet, still without machines
+    assert fleets.returncode == 0, fleets.stdout + fleets.stderr
+    (project / "data.dstack.yml").write_text(VOLUME)
+    task = TASK.format(name="reader", seconds=1) + "volumes: [data:/data]\n"
+    (project / "reader.dstack.yml").write_text(task)
+    planned = dstack("plan", "--json")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    placement = change_of(json.loads(planned.stdout), "task.reader")["placement"]
+    # on-prem cannot mount an EBS volume: the cloud fleet gets a machine in the volume's zone
+    assert placement["fleet"] == "burst", placement
+    assert placement["offer"]["zones"] == ["us-east-1c"], placement
+    assert "in aws us-east-1 (us-east-1c)" in placement["note"], placement
+
+    # a fleet whose zones leave the volume's out cannot take it, and says so
+    fleets = (project / "fleets.dstack.yml").read_text()
+    zoned = fleets.replace(
+        "spot_policy: auto", "spot_policy: auto\navailability_zones: [us-east-1a]"
+    )
+    (project / "fleets.dstack.yml").write_text(zoned)
+    changed = dstack("apply", "-y", "--target", "fleet.burst", timeout=300)
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    refused = dstack("plan")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert (
+        "fleet burst: its volumes are in us-east-1c, which is not one of the fleet's "
+        "availability_zones (us-east-1a)"
+    ) in refused.stderr, refused.stderr

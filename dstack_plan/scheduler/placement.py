@@ -185,12 +185,12 @@ def _shape(job: JobDemand, host_gpus: Sequence[GPU] = ()) -> Shape:
     return Shape(gpus=gpus_needed(gpu, host_gpus), gpu_milli=gpu_share_wanted(gpu))
 
 
-def _state(candidate: Candidate, free: list[int]) -> HostState:
+def _state(candidate: Candidate, load: list[HostJob]) -> HostState:
     """What is free on the machine for packing: GPUs only (CPU and memory are checked
     against the machine's size, not accounted per job yet)."""
     gpus = candidate.resources.gpus
     model = gpus[0].name if gpus else ""
-    return HostState(model, 0, 0, tuple(sorted(free, reverse=True)))
+    return HostState(model, 0, 0, tuple(sorted(gpu_free(len(gpus), load), reverse=True)))
 
 
 def _best_fit(
@@ -229,10 +229,9 @@ def _ranked(
 ) -> tuple[list[int], list[tuple[Candidate, _Why]]]:
     """The candidates (by index, best first) that can take `job` now, and why the others
     cannot."""
-    frees = [gpu_free(len(c.resources.gpus), load[i]) for i, c in enumerate(candidates)]
-    states = [_state(c, frees[i]) for i, c in enumerate(candidates)]
+    states = {i: _state(c, load[i]) for i, c in enumerate(candidates)}
     free: dict[str, int] = {}
-    for state in states:
+    for state in states.values():
         free[state.model] = free.get(state.model, 0) + sum(state.gpus)
     pressure = scorer.pressure(free)
     misses: list[tuple[Candidate, _Why]] = []
@@ -240,12 +239,7 @@ def _ranked(
     for i, candidate in enumerate(candidates):
         if i in taken:
             continue
-        static = static_mismatch(job.resources, candidate.resources)
-        why = (
-            _Why(static, RESOURCES)
-            if static is not None
-            else _why_busy(job, candidate, load[i], frees[i])
-        )
+        why = _why_not(job, candidate, load[i])
         if why is not None:
             misses.append((candidate, why))
             continue
@@ -255,12 +249,11 @@ def _ranked(
     return [i for _, i in sorted(keyed)], misses
 
 
-def _why_busy(
-    job: JobDemand, candidate: Candidate, load: list[HostJob], free: list[int]
-) -> _Why | None:
-    """Why a machine that could take the job does not now (GPUs or ports held); None when
-    it can."""
-    gpu_why = _gpu_shortfall(job, candidate, load, free)
+def _why_not(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why | None:
+    static = static_mismatch(job.resources, candidate.resources)
+    if static is not None:
+        return _Why(static, RESOURCES)
+    gpu_why = _gpu_shortfall(job, candidate, load)
     if gpu_why is not None:
         return gpu_why
     for port in job.ports:
@@ -274,15 +267,13 @@ def _why_busy(
     return None
 
 
-def _gpu_shortfall(
-    job: JobDemand, candidate: Candidate, load: list[HostJob], free: list[int]
-) -> _Why | None:
-    """Why the GPUs the job needs are not free on the machine now (`free` per GPU, given
-    `load`); None when they are."""
+def _gpu_shortfall(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why | None:
+    """Why the GPUs the job needs are not free on the machine now; None when they are."""
     wanted = gpus_needed(job.resources.gpu, candidate.resources.gpus)
     if not wanted:
         return None
     share = gpu_share_wanted(job.resources.gpu)
+    free = gpu_free(len(candidate.resources.gpus), load)
     if take(free, wanted, share) is not None:
         return None
     holders = ", ".join(dict.fromkeys(j.owner for j in load if j.gpus))

@@ -208,6 +208,7 @@ def _view(
     leading: str | None,
 ) -> RunView:
     """`leading`: the lease holder id of the watch that leads now (None: none does)."""
+    served = served_now(run, leading)
     status, attributes = run.status, dict(run.attributes)
     if found is not None:
         status, attributes, error = found.status, found.attributes, error or found.gone
@@ -230,8 +231,8 @@ def _view(
         error=error,
         failure=_failure(jobs) if status == "failed" else None,
         jobs=jobs,
-        notes=run_notes(run, attributes, served_now(run, leading)),
-        url=service_url(run) if served_now(run, leading) else None,
+        notes=run_notes(run, attributes, served),
+        url=service_url(run) if served else None,
         scaling=ScalingRecord.of(run.attributes) if run.kind == "service" else None,
     )
 

@@ -262,14 +262,12 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
         """`run_instances` of `count` machines of `offer`, in the first of its `zones` with
         capacity (any zone when it names none); CapacityError on no capacity/quota."""
         region = offer.region
-        subnets = self.config.subnet_ids if self.config else None
+        subnets = (self.config.subnet_ids if self.config else None) or []
         subnet = subnets[0] if subnets else None
-        if subnet is not None and offer.zones:
+        zones: tuple[str | None, ...] = offer.zones or (None,)
+        if subnets and offer.zones:
             # a subnet lies in one zone: the first configured one in a wanted zone
-            subnet = await self._subnet_in(region, subnets or (), offer.zones)
-            zones: tuple[str | None, ...] = (None,)
-        else:
-            zones = offer.zones or (None,)
+            subnet, zones = await self._subnet_in(region, subnets, offer.zones), (None,)
         refusal: CapacityError | None = None
         for zone in zones:
             try:

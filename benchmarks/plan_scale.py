@@ -91,7 +91,7 @@ SSH_FLEET = """type: fleet
 name: onprem-{g}
 ssh_config:
   user: ubuntu
-  identity_file: ~/.ssh/id_ed25519
+  identity_file: {key}
   hosts:
     - h11.g{a}-{b}.invalid
     - h12.g{a}-{b}.invalid
@@ -168,7 +168,7 @@ resources:
 """
 
 
-def group_documents(g: int, changed: bool = False) -> list[str]:
+def group_documents(g: int, changed: bool = False, key: Path = Path("id_bench")) -> list[str]:
     """The 20 documents of group `g`; `changed` edits 2 of them (10%).
 
     Even groups: a task's command changes (replace) and a service is scaled (update in place).
@@ -182,7 +182,7 @@ def group_documents(g: int, changed: bool = False) -> list[str]:
         fleet = fleet.replace("nodes: 0..4", "nodes: 0..8")
     docs = [
         fleet,
-        SSH_FLEET.format(g=g, a=a, b=b),
+        SSH_FLEET.format(g=g, a=a, b=b, key=key),
         VOLUME.format(g=g, j=0, size=500),
         VOLUME.format(g=g, j=1, size=100),
         GATEWAY.format(g=g),
@@ -207,8 +207,12 @@ def group_documents(g: int, changed: bool = False) -> list[str]:
 def write_project(root: Path, n: int, changed: bool = False) -> None:
     for old in root.glob("*.dstack.yml"):
         old.unlink()
+    # plan checks that the key files SSH fleets name can be read: one that can, never used
+    key = root / "id_bench"
+    key.write_text("not a key: the benchmark's hosts are never reached\n")
     for g in range(n // GROUP):
-        (root / f"group-{g:05d}.dstack.yml").write_text("---\n".join(group_documents(g, changed)))
+        documents = group_documents(g, changed, key)
+        (root / f"group-{g:05d}.dstack.yml").write_text("---\n".join(documents))
 
 
 async def submit_real_jobs(project: Project, names: list[str], command: str) -> list[str]:

@@ -67,6 +67,8 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
 SSH_AGENT_DIR_ENV = "DSTACK_PLAN_SSH_AGENT_DIR"
 """Where the agent goes on SSH fleet hosts (default: `.dstack-plan/agent` under the login
 user's home; relative paths are under it too)."""
+SUBMITTED_RETENTION_ENV = "DSTACK_PLAN_SUBMITTED_RETENTION"
+"""How long a finished submitted run stays in state (`submitted_retention`)."""
 CLOUD_BOOT_TIMEOUT_ENV = "DSTACK_PLAN_CLOUD_BOOT_TIMEOUT"
 """Seconds a new cloud machine gets to be reachable over SSH (default 900)."""
 STATE_BYTES_PER_CONFIG_BYTE = 40
@@ -103,11 +105,16 @@ class Project:
         progress: Callable[[str, str], None] | None = None,
         labels: Mapping[str, str] | None = None,
         configs: Sequence[Resource] = (),
+        submit: bool = False,
     ):
         self.directory = Path(directory)
         self.files = files
         self.configs = tuple(configs)
         """Resources declared in Python (`dstack_plan.sdk`'s builders), beside the files'."""
+        self.submission = submit or bool(files)
+        """Plans create or update only what the `files` (or, with `submit`, only what the
+        `configs`) hold and delete nothing else, as `dstack apply -f` does
+        (`plan/submissions.py`); else the directory's files are reconciled with the state."""
         self.stdin = stdin
         self.clock = clock or SystemClock()
         self.run_args = run_args
@@ -131,6 +138,8 @@ class Project:
         self._desired: Desired | None = None
         self._ssh_class: Callable[..., Provider] | None = None
         self._containers_of: tuple[Desired, frozenset[str]] | None = None
+        self._context: dict[str, ResourceState] = {}
+        """A submission's context: state entries its runs may refer to, by address."""
 
     @property
     def clouds(self) -> ConfiguredClouds:
@@ -145,17 +154,32 @@ class Project:
 
     def load(self) -> Desired:
         if self._desired is None:
-            self._desired = self._declared(
-                load_project(self.directory, self.files, stdin=self.stdin)
-            )
+            self._desired = self._declared(self._load_files())
         return self._desired
 
-    def desired_items(self) -> list[DesiredItem]:
+    def _load_files(self) -> Desired:
+        if self._configs_only:
+            return Desired()
+        return load_project(self.directory, self.files, stdin=self.stdin)
+
+    @property
+    def _configs_only(self) -> bool:
+        """A submission of Python configurations alone: no file of the directory is read."""
+        return self.submission and not self.files
+
+    def desired_items(self, *, local_facts: bool = False) -> list[DesiredItem]:
+        """The declared resources as the planner takes them, checked as `validate` checks
+        them; with `local_facts` (a plan, which apply follows), also that what this machine
+        must hold for them is there (the SSH fleets' key files: `plan/host_checks.py`)."""
         desired = self.load()
-        edges = checked_dependencies(desired, self.directory)
+        edges = checked_dependencies(desired, self.directory, local_facts=local_facts)
         fleets = {r.name: r for r in desired.of_kind("fleet")}
         items = []
         for resource in desired:
+            context = self._context.get(resource.address)
+            if context is not None:  # as recorded: a submission never changes its context
+                items.append(_context_item(context))
+                continue
             spec = resource.normalized
             if resource.kind in RUN_KINDS:
                 spec = self._with_code(resource, spec)
@@ -357,7 +381,9 @@ class Project:
         # a large plan). It is back on when the plan is made.
         with gc_paused():
             snapshot = self._read_state_while_loading(load=not options.destroy)
-            items = [] if options.destroy else self.desired_items()
+            if self.submission and not options.destroy:
+                options = self._submission_options(snapshot.state, options)
+            items = [] if options.destroy else self.desired_items(local_facts=True)
             refresh = await self.refresh(snapshot)
             placements = {} if options.destroy else await self.placements(items, refresh, options)
             unsupported = self.unsupported(items)
@@ -378,16 +404,44 @@ class Project:
                     crashed=refresh.crashed,
                     short=refresh.short,
                     unsupported=unsupported,
+                    expired={} if options.destroy else self._expired(refresh.state),
                 )
             )
             if not options.destroy:  # what it starts must fit the quotas (PlanError if not)
                 check_plan(plan, refresh.state, self.directory, self.clock.now())
         return plan, refresh
 
+    def _submission_options(self, state: State, options: PlanOptions) -> PlanOptions:
+        """Plan the submission against its context from `state` (`plan/submissions.py`)."""
+        from dstack_plan.plan.submissions import with_state_context
+
+        if options.prune:
+            raise PlanError(
+                "--prune deletes what a directory's files do not declare: it does not go with "
+                "-f (a submission deletes nothing)"
+            )
+        found = with_state_context(self.load(), state)
+        self._desired, self._context = found.desired, found.context
+        return options._replace(submission=True, context=tuple(found.context))
+
+    def _expired(self, state: State) -> dict[str, str]:
+        """Submitted runs whose retention ended: the plan removes them from state."""
+        from dstack_plan.apply.run_records import RunRecord
+        from dstack_plan.plan.submissions import expired, finished_at
+
+        ended: dict[str, float] = {}
+        for address, entry in state.resources.items():
+            if not entry.submitted or entry.kind not in RUN_KINDS:
+                continue
+            end = finished_at(entry, (j.finished_at for j in RunRecord.of(entry).jobs))
+            if end is not None:
+                ended[address] = end
+        return expired(ended, state, self.clock.now(), submitted_retention())
+
     def _read_state_while_loading(self, load: bool) -> StateSnapshot:
         """Read the state while the other cores parse the configuration: for a large project
         these are the two slowest steps of a plan, and they do not depend on each other."""
-        if not load or self._desired is not None:
+        if not load or self._desired is not None or self._configs_only:
             return self.backend.read()
         loading = start_loading(
             self.directory,
@@ -644,6 +698,36 @@ class Project:
         await self.machines.close()
         if self._clouds is not None:
             await self._clouds.close()
+
+
+def submitted_retention() -> int | None:
+    """Seconds a finished submitted run stays in state: `$DSTACK_PLAN_SUBMITTED_RETENTION`
+    (a duration such as `24h` or `3d`, or `off` to keep them until deleted), else a day."""
+    from dstack_plan.config.units import parse_offable_duration
+    from dstack_plan.plan.submissions import DEFAULT_RETENTION
+
+    raw = os.environ.get(SUBMITTED_RETENTION_ENV)
+    if not raw:
+        return DEFAULT_RETENTION
+    try:
+        value = parse_offable_duration(raw)
+    except ValueError as e:
+        raise PlanError(f"{SUBMITTED_RETENTION_ENV}: {e}") from None
+    if value == "off":
+        return None
+    return DEFAULT_RETENTION if value is None else value
+
+
+def _context_item(entry: ResourceState) -> DesiredItem:
+    """A submission's context entry as the planner sees a declared resource: unchanged."""
+    return DesiredItem(
+        address=entry.address,
+        kind=entry.kind,
+        name=entry.name,
+        provider=entry.provider,
+        spec=dict(entry.spec),
+        depends_on=entry.depends_on,
+    )
 
 
 def _local_provider(agent_dir: str | Path | None) -> LocalProvider:

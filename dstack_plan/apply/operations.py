@@ -63,7 +63,7 @@ class ChangeRunner:
 
     def has_work(self, change: ResourceChange) -> bool:
         """False for a no-op with no deposed objects left to destroy: it completes at once."""
-        if change.action is not Action.NOOP:
+        if change.action is not Action.NOOP or change.origin_only:
             return True
         return bool(records.deposed_of(self._state.get(change.address)))
 
@@ -85,6 +85,8 @@ class ChangeRunner:
             await self._delete(change.address, handler, progress)
         elif action is Action.DELETE_THEN_CREATE:
             await self._delete_then_create(change, handler, progress)
+        elif change.origin_only:  # a submitted resource the directory now declares
+            await self._commit(records.put_origin(change, self._now()))
 
     def _handler(self, kind: str) -> ResourceHandler:
         handler = self._handlers.get(kind)

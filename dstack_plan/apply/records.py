@@ -66,6 +66,7 @@ def intent(
         attributes=_with_deposed({}, deposed or []),
         depends_on=change.depends_on,
         tainted=True,
+        submitted=bool(change.submitted),
     )
 
 
@@ -89,6 +90,7 @@ def created(
             attributes=attributes,
             depends_on=change.depends_on,
             tainted=False,
+            submitted=bool(change.submitted),
         )
     return previous.updated(
         now=now,
@@ -98,6 +100,7 @@ def created(
         attributes=attributes,
         depends_on=change.depends_on,
         tainted=False,
+        submitted=_origin(change, previous),
     )
 
 
@@ -117,7 +120,26 @@ def updated(
         attributes=_with_deposed(dict(outcome.attributes), deposed_of(current)),
         depends_on=change.depends_on,
         tainted=False,
+        submitted=_origin(change, current),
     )
+
+
+def _origin(change: ResourceChange, entry: ResourceState) -> bool:
+    """Whether the entry is recorded as submitted after `change`: as the plan says, else as
+    it was (watch's in-place changes, plans saved before submissions existed)."""
+    return entry.submitted if change.submitted is None else change.submitted
+
+
+def put_origin(change: ResourceChange, now: datetime) -> Mutation:
+    """Record the entry of an unchanged resource as submitted or declared, as planned."""
+
+    def mutate(state: State) -> State:
+        entry = state.get(change.address)
+        if entry is None or change.submitted is None:
+            return state
+        return state.with_resource(entry.updated(now=now, submitted=change.submitted))
+
+    return mutate
 
 
 def put(entry: ResourceState) -> Mutation:

@@ -62,6 +62,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
         {"cls": _RunArgsCommand, "context_settings": {"allow_extra_args": True}},
     ),
     "destroy": ("apply_cmd", "destroy", {}),
+    "delete": ("delete_cmd", "delete", {}),
     "schema": ("schema_cmd", "schema", {}),
     "init": ("init_cmd", "init", {}),
     "ps": ("ps_cmd", "ps", {}),

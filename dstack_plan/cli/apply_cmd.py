@@ -31,6 +31,7 @@ def apply(
     target: list[str] = common.TargetOpt,
     replace: list[str] = common.ReplaceOpt,
     allow_destroy: list[str] = common.AllowDestroyOpt,
+    prune: bool = common.PruneOpt,
     label: list[str] = LabelOpt,
     policy: list[str] = PolicyOpt,
     auto_approve: bool = ApproveOpt,
@@ -73,9 +74,12 @@ def apply(
     if not saved:
         common.require_configuration(project)
     options = PlanOptions(
-        targets=tuple(target), replace=tuple(replace), allow_destroy_protected=tuple(allow_destroy)
+        targets=tuple(target),
+        replace=tuple(replace),
+        allow_destroy_protected=tuple(allow_destroy),
+        prune=prune,
     )
-    _run(
+    run_flow(
         project,
         options,
         saved_plan=str(target_path) if saved else None,
@@ -101,26 +105,34 @@ def destroy(
     lock_timeout: float = common.LockTimeoutOpt,
 ) -> None:
     """Destroy everything in state (works after the configuration is gone)."""
-    from dstack_plan.plan.planner import PlanOptions
-
     project = common.make_project(directory, files, state)
-    options = PlanOptions(
-        destroy=True, targets=tuple(target), allow_destroy_protected=tuple(allow_destroy)
-    )
-    _run(
+    run_destroy(
         project,
-        options,
-        saved_plan=None,
+        tuple(target),
+        tuple(allow_destroy),
         approve=auto_approve,
         interactive=interactive,
         parallelism=parallelism,
         lock_timeout=lock_timeout,
-        attach=False,
         policy_files=policy,
     )
 
 
-def _run(project, options, **flow: Any) -> None:  # noqa: ANN001 - imported lazily
+def run_destroy(
+    project,  # noqa: ANN001 - Project, imported lazily
+    targets: tuple[str, ...],
+    allow_destroy: tuple[str, ...],
+    **flow: Any,
+) -> None:
+    """Plan the destruction of `targets` and their dependents (everything when none), ask,
+    destroy; exit 1 unless everything succeeded."""
+    from dstack_plan.plan.planner import PlanOptions
+
+    options = PlanOptions(destroy=True, targets=targets, allow_destroy_protected=allow_destroy)
+    run_flow(project, options, saved_plan=None, attach=False, **flow)
+
+
+def run_flow(project, options, **flow: Any) -> None:  # noqa: ANN001 - imported lazily
     """Run the apply flow; exit 1 unless everything succeeded."""
     with common.no_leftover_state_dir(project):
         ok = common.run_with(project, lambda p: _apply_flow(p, options, **flow))

@@ -30,6 +30,11 @@ ReplaceOpt = typer.Option([], "--replace", help="Replace ADDRESS even if unchang
 AllowDestroyOpt = typer.Option(
     [], "--allow-destroy", help="Allow destroying ADDRESS despite lifecycle.prevent_destroy."
 )
+PruneOpt = typer.Option(
+    False,
+    "--prune",
+    help="Also delete the submitted resources (apply -f, the SDK) the files do not declare.",
+)
 LockTimeoutOpt = typer.Option(0.0, "--lock-timeout", help="Seconds to wait for the state lock.")
 
 

@@ -78,6 +78,7 @@ def plan(
     target: list[str] = common.TargetOpt,
     replace: list[str] = common.ReplaceOpt,
     allow_destroy: list[str] = common.AllowDestroyOpt,
+    prune: bool = common.PruneOpt,
     label: list[str] = LabelOpt,
     policy: list[str] = PolicyOpt,
     destroy: bool = typer.Option(False, "--destroy", help="Plan to destroy everything."),
@@ -105,6 +106,7 @@ def plan(
         targets=tuple(target),
         replace=tuple(replace),
         allow_destroy_protected=tuple(allow_destroy),
+        prune=prune,
     )
     with progress("Refreshing state and planning..."):
         result, _ = common.run_with(project, lambda p: p.plan(options))

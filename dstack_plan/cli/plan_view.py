@@ -47,6 +47,7 @@ def render_plan(plan: Plan) -> list[Line]:
         )
         lines.append((styled("No changes.", "green"), f" {message}"))
         lines += _noop_notes(plan)
+        lines += ownership_notes(plan)
         return lines
     used = [a for a in _LEGEND if any(c.action is a for c in active)]
     lines.append("Resource actions are indicated with the following symbols:")
@@ -57,6 +58,7 @@ def render_plan(plan: Plan) -> list[Line]:
         lines += _render_change(change)
         lines.append("")
     lines += _noop_notes(plan)
+    lines += ownership_notes(plan)
     lines.append((styled(plan.summary(), "bold"),))
     lines.append(f"Estimated cost: ${plan.cost.before:.2f}/h -> ${plan.cost.after:.2f}/h")
     return lines
@@ -68,6 +70,29 @@ def _noop_notes(plan: Plan) -> list[Line]:
         if change.action is Action.NOOP and change.placement is not None:
             notes.append(f"  {change.address}: no changes ({_placement(change)})")
     return [*notes, ""] if notes else []
+
+
+def ownership_notes(plan: Plan) -> list[Line]:
+    """What a plan keeps or adopts because of submissions (`apply -f`, the SDK)."""
+    lines: list[Line] = []
+    declared = [c.address for c in plan.changes if c.origin_only]
+    if declared:
+        lines.append(
+            f"{_counted(len(declared), 'submitted resource')} now declared by the files "
+            f"(deleting it from them later destroys it): {', '.join(declared)}"
+        )
+    if plan.kept:
+        lines.append(
+            f"{_counted(len(plan.kept), 'submitted resource')} kept (not in the files): "
+            f"{', '.join(plan.kept)}; `dstack delete NAME` or `apply --prune` removes them"
+        )
+    if plan.submission and not plan.destroy:
+        lines.append("A submission (-f): what else the project's state holds is left as it is.")
+    return [*lines, ""] if lines else []
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
 def _render_change(change: ResourceChange) -> list[Line]:

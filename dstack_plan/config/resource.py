@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from dstack_plan.config.kinds import AnySpec
 
 
+STATE_SOURCE = "<state>"
+"""The file of a resource a submission rebuilt from the project's state (`plan/submissions`)."""
+
+
 class Source(NamedTuple):
     """Where a resource was declared."""
 
@@ -63,6 +67,9 @@ class Desired:
     resources: dict[str, Resource] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     presets: dict[str, Resource] = field(default_factory=dict)
+    submission: bool = False
+    """Given to a submission (`-f`, the SDK): the resources from `STATE_SOURCE` beside the
+    files' are the state entries they may refer to."""
 
     def __post_init__(self) -> None:
         from dstack_plan.config.kinds import CONFIG_ONLY_KINDS  # noqa: PLC0415 - a cycle

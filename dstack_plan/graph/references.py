@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dstack_plan.config.loader import issue_at
 from dstack_plan.config.profile import reference_parts
-from dstack_plan.config.resource import Desired, Resource
+from dstack_plan.config.resource import STATE_SOURCE, Desired, Resource
 from dstack_plan.config.run_fields import NetworkVolumeMount
 from dstack_plan.config.runs import RunSpec, ServiceSpec
 from dstack_plan.errors import ConfigError, ConfigIssue
@@ -35,8 +35,8 @@ def dependencies(desired: Desired, project_dir: str | Path = ".") -> dict[str, t
     for resource in desired:
         wanted = _references(resource, fleets, default_gateway)
         for address, key in wanted.items():
-            if address not in desired.resources:
-                message = f"{resource.address} refers to {address}, which is not declared"
+            if address not in desired.resources and resource.source.file != STATE_SOURCE:
+                message = f"{resource.address} refers to {address}, which is {_missing(desired)}"
                 issues.append(issue_at(resource, (key,), message, project_dir))
         edges[resource.address] = tuple(a for a in wanted if a in desired.resources)
     # only `depends_on` can close a loop: implied edges point from runs to what they use
@@ -45,6 +45,12 @@ def dependencies(desired: Desired, project_dir: str | Path = ".") -> dict[str, t
     if issues:
         raise ConfigError(issues)
     return edges
+
+
+def _missing(desired: Desired) -> str:
+    if desired.submission:  # it may also refer to what the project's state holds
+        return "neither in the files given nor in the project's state (apply it first)"
+    return "not declared"
 
 
 def _references(

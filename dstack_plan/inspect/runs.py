@@ -17,8 +17,9 @@ from dstack_plan.apply.run_records import JobRecord, RunRecord, served_now, serv
 from dstack_plan.apply.runs import fleet_of
 from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.config.kinds import RUN_KINDS
-from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
+from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.inspect.notes import run_notes
+from dstack_plan.inspect.resources import find_entry
 from dstack_plan.state.lease import leader
 from dstack_plan.state.model import ResourceState, State
 
@@ -106,18 +107,7 @@ def find_run(state: State, ref: str) -> ResourceState:
     Raises DstackPlanError listing the known runs when there is no such run or a bare name
     matches runs of several kinds.
     """
-    runs = run_entries(state)
-    if "." in ref:
-        matches = [r for r in runs if r.address == ref]
-    else:
-        matches = [r for r in runs if r.name == ref]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        options = ", ".join(r.address for r in matches)
-        raise DstackPlanError(f"{ref!r} is ambiguous: it names {options}; give the address")
-    known = ", ".join(r.address for r in runs) or "none"
-    raise DstackPlanError(f"no run {ref!r} in state (known runs: {known})")
+    return find_entry(state, ref, RUN_KINDS, noun="run")
 
 
 async def job_agent(

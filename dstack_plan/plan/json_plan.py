@@ -31,6 +31,8 @@ def plan_to_json(plan: Plan, policy: PolicyReport | None = None) -> dict[str, An
         "targets": list(plan.targets),
         "replace": list(plan.replace),
         "warnings": list(plan.warnings),
+        "submission": plan.submission,
+        "kept_submitted": list(plan.kept),
     }
     if policy is not None:
         document["policy"] = policy.to_json()
@@ -55,5 +57,6 @@ def _resource_change(change: ResourceChange) -> dict[str, Any]:
         "action_reason": change.action_reason,
         "reason": change.reason,
         "depends_on": list(change.depends_on),
+        "submitted": change.submitted,
         "placement": None if placement is None else placement.model_dump(mode="json"),
     }

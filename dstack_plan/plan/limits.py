@@ -4,8 +4,9 @@ A file with these problems loads (dstack's parser accepts it), but `plan` and `v
 refuse it, each problem located at the offending key as a load error would be:
 
 - fleets: `nodes` (cloud) or `ssh_config` (SSH), not neither, not both; the fields only one
-  kind takes; SSH hosts with a user, listed once (by hostname and port), with `internal_ip`
-  on all or none of them (and not together with `network`);
+  kind takes; SSH hosts with a user, listed once (by hostname and port) in one fleet of the
+  project (`host_checks.py`), with `internal_ip` on all or none of them (and not together
+  with `network`);
 - gateways: at most 3 `replicas`, and more than one only without a Let's Encrypt certificate;
 - references to another project's fleet or gateway (a project here is one directory: there
   is no other project to look in);
@@ -22,10 +23,11 @@ from typing import TYPE_CHECKING, Literal
 from dstack_plan.config.interpolation import GroupAddress, group_addresses
 from dstack_plan.config.loader import issue_at
 from dstack_plan.config.profile import FleetRef, InstanceRef, reference_parts
-from dstack_plan.config.resource import Desired, Resource
+from dstack_plan.config.resource import STATE_SOURCE, Desired, Resource
 from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.errors import ConfigError, ConfigIssue
 from dstack_plan.graph.references import dependencies
+from dstack_plan.plan.host_checks import local_fact_issues, shared_host_issues
 
 if TYPE_CHECKING:  # imported when a project declares one (they load on first use)
     from dstack_plan.config.fleet import FleetSpec, SSHConfig
@@ -41,11 +43,15 @@ _CLOUD_ONLY = ("resources", "backends", "regions", "instance_types")
 
 
 def checked_dependencies(
-    desired: Desired, project_dir: str | Path = "."
+    desired: Desired, project_dir: str | Path = ".", *, local_facts: bool = False
 ) -> dict[str, tuple[str, ...]]:
     """`graph.references.dependencies`, plus the limits above: every problem of both at once,
-    as one ConfigError. What `plan` and `validate` check without state."""
+    as one ConfigError. What `plan` and `validate` check without state; with `local_facts`
+    (`plan`, not `validate`), also what only this machine can tell: that the SSH fleets' key
+    files can be read (`host_checks.local_fact_issues`)."""
     issues = limit_issues(desired, project_dir)
+    if local_facts:
+        issues += local_fact_issues(desired, project_dir)
     try:
         edges = dependencies(desired, project_dir)
     except ConfigError as e:
@@ -59,11 +65,13 @@ def limit_issues(desired: Desired, project_dir: str | Path = ".") -> list[Config
     """Every limit problem of every declared resource, located."""
     issues = []
     for resource in desired:
+        if resource.source.file == STATE_SOURCE:  # a submission's context: checked when applied
+            continue
         # a gateway's problem is a value (`replicas: 4`): pointed at as a load error would be
         target: Literal["key", "value"] = "value" if resource.kind == "gateway" else "key"
         for path, message in _problems(resource):
             issues.append(issue_at(resource, path, message, project_dir, target))
-    return issues
+    return issues + shared_host_issues(desired, project_dir)
 
 
 def _problems(resource: Resource) -> Iterator[Found]:

@@ -147,6 +147,14 @@ class ResourceChange:
     placement: Placement | None = None
     secrets: tuple[str, ...] = ()
     """Names of the secrets the spec refers to (never values)."""
+    submitted: bool | None = None
+    """How apply records the entry: True as submitted (`apply -f`, the SDK), False as
+    declared (a directory apply found it in the files); None: as it is recorded now."""
+
+    @property
+    def origin_only(self) -> bool:
+        """A no-op whose only effect is recording a submitted resource as declared."""
+        return self.action is Action.NOOP and self.submitted is not None
 
     @classmethod
     def in_place(cls, entry: ResourceState) -> ResourceChange:
@@ -183,10 +191,14 @@ class Plan(Frozen):
     changes: tuple[ResourceChange, ...] = ()
     cost: Cost = Field(default_factory=Cost)
     warnings: tuple[str, ...] = ()
+    submission: bool = False
+    """Planned for a submission (`-f` files, the SDK): it deletes nothing it was not given."""
+    kept: tuple[str, ...] = ()
+    """Submitted resources a directory plan keeps although its files do not declare them."""
 
     @property
     def has_changes(self) -> bool:
-        return any(c.action is not Action.NOOP for c in self.changes)
+        return any(c.action is not Action.NOOP or c.origin_only for c in self.changes)
 
     def _repr_html_(self) -> str:
         """A notebook's view of the plan: its changes as a table."""

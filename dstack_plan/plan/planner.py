@@ -7,6 +7,7 @@ scheduler, what the apply handlers cannot do) comes in as arguments.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -54,6 +55,13 @@ class PlanOptions(NamedTuple):
     replace: tuple[str, ...] = ()
     allow_destroy_protected: tuple[str, ...] = ()
     """Addresses whose prevent_destroy is overridden for this plan (explicit user flag)."""
+    submission: bool = False
+    """A submission (`-f` files, the SDK): create or update what it gives, delete nothing."""
+    prune: bool = False
+    """A directory plan deletes submitted resources its files do not declare (`--prune`)."""
+    context: tuple[str, ...] = ()
+    """Addresses that are desired only as the context of a submission (the fleets, volumes
+    and gateways its runs may name, read from state): never changed by it."""
 
 
 class PlanInputs(NamedTuple):
@@ -68,6 +76,8 @@ class PlanInputs(NamedTuple):
     """address -> how refresh found a run broken (its jobs failed): the plan replaces it."""
     short: Mapping[str, str] = MappingProxyType({})
     """address -> what refresh found missing (a fleet's lost machines): updated in place."""
+    expired: Mapping[str, str] = MappingProxyType({})
+    """address -> why a finished submitted run leaves state now (its retention ended)."""
     unsupported: Mapping[tuple[str, str], str] = MappingProxyType({})
     """(kind, provider) -> why apply cannot create or update such a resource in this version
     (the handlers say so); a plan that would is refused."""
@@ -84,15 +94,20 @@ def make_plan(inputs: PlanInputs) -> Plan:
     options = inputs.options
     _check_known(options, desired, state)
     graph, batches = dag.build_ordered(_edges(desired, state), _node_info(desired, state))
-    selected = _selected(graph, options, desired, state)
+    selected = _selected(graph, options, desired, state, inputs.expired)
 
     changes: list[ResourceChange] = []
+    kept: list[str] = []
     for address in _ordered(batches, selected):
         current = state.get(address)
         wanted = None if options.destroy else desired.get(address)
+        if wanted is None and current is not None and _kept(address, current, inputs):
+            if not options.submission:
+                kept.append(address)
+            continue
         change = _classify(address, wanted, current, inputs)
         if change is not None:
-            changes.append(change)
+            changes.append(_with_origin(change, current, options))
     _check_supported(changes, inputs.unsupported)
     _check_prevent_destroy(changes, inputs)
     warnings: tuple[str, ...] = ()
@@ -107,6 +122,8 @@ def make_plan(inputs: PlanInputs) -> Plan:
         changes=tuple(changes),
         cost=_cost(changes, state),
         warnings=warnings,
+        submission=options.submission,
+        kept=tuple(kept),
     )
 
 
@@ -134,14 +151,46 @@ def _check_known(options: PlanOptions, desired: Mapping[str, Any], state: State)
 
 
 def _selected(
-    graph: dag.Graph, options: PlanOptions, desired: Mapping[str, Any], state: State
+    graph: dag.Graph,
+    options: PlanOptions,
+    desired: Mapping[str, Any],
+    state: State,
+    expired: Mapping[str, str],
 ) -> set[str]:
     everything = set(desired) | set(state.resources)
+    if options.submission:  # what it was given (and expired runs), never its context
+        everything = (set(desired) - set(options.context)) | set(expired)
     if not options.targets:
         return everything
     if options.destroy:
         return dag.with_dependents(graph, options.targets)
     return dag.with_dependencies(graph, options.targets)
+
+
+def _kept(address: str, current: ResourceState, inputs: PlanInputs) -> bool:
+    """Whether a resource in state that the configuration does not declare stays: always in
+    a submission; in a directory plan, a submitted one unless pruned or expired."""
+    options = inputs.options
+    if options.destroy:
+        return False
+    if address in inputs.expired:
+        return False
+    return options.submission or (current.submitted and not options.prune)
+
+
+def _with_origin(
+    change: ResourceChange, current: ResourceState | None, options: PlanOptions
+) -> ResourceChange:
+    """`change`, saying how apply records its entry: a submission records what it creates as
+    submitted (and leaves a declared entry declared); a directory plan records every resource
+    its files declare as declared. A no-op says so only when that changes the record."""
+    if change.action is Action.DELETE or options.destroy:
+        return change
+    was = current is not None and current.submitted
+    becomes = options.submission and (current is None or was)
+    if change.action is Action.NOOP and becomes == was:
+        return change
+    return replace(change, submitted=becomes)
 
 
 def _ordered(batches: list[list[str]], selected: set[str]) -> list[str]:
@@ -176,7 +225,7 @@ def _classify(
             provider=current.provider,
             action=Action.DELETE,
             before=current.spec,
-            reason="destroy requested" if destroy else "not in configuration",
+            reason=_delete_reason(address, current, inputs),
             action_reason=None if destroy else "delete_because_no_resource_config",
             depends_on=current.depends_on,
         )
@@ -200,6 +249,16 @@ def _classify(
         placement=inputs.placements.get(address),
         secrets=wanted.secrets,
     )
+
+
+def _delete_reason(address: str, current: ResourceState, inputs: PlanInputs) -> str:
+    if inputs.options.destroy:
+        return "destroy requested"
+    if address in inputs.expired:
+        return inputs.expired[address]
+    if current.submitted:
+        return "submitted, not in configuration, and --prune given"
+    return "not in configuration"
 
 
 def _decide(

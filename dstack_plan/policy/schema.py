@@ -79,6 +79,7 @@ _RESOURCE_CHANGE = Record(
         "action_reason": DYN,
         "reason": DYN,
         "depends_on": STRINGS,
+        "submitted": DYN,  # true / false: how apply records it; null: as recorded now
         "placement": DYN,  # a placement record, or null
     },
 )
@@ -100,6 +101,8 @@ PLAN = Record(
         "targets": STRINGS,
         "replace": STRINGS,
         "warnings": STRINGS,
+        "submission": BOOL,
+        "kept_submitted": STRINGS,
     },
 )
 

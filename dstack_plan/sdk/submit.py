@@ -1,6 +1,8 @@
 """Submitting from Python: configurations planned and applied through the same path as
-`dstack apply` (the state's lock, refresh, plan, apply, state commits), targeted at what is
-submitted, so the project's other resources are left as they are."""
+`dstack apply -f` (the state's lock, refresh, plan, apply, state commits). A submission
+creates or updates what it is given and nothing else (`plan/submissions.py`): the project's
+files are not read, its other resources are left as they are, and what it creates is
+recorded as submitted, so a directory apply keeps it."""
 
 from __future__ import annotations
 
@@ -38,23 +40,22 @@ class ApplyFailed(DstackPlanError):
 async def aapply(
     configs: Sequence[Config], project: str | Path = ".", *, lock_timeout: float = LOCK_TIMEOUT
 ) -> Plan:
-    """Plan and apply `configs` (targeted: the rest of the project's state is not touched),
-    holding the state's lock; the plan applied. SpecError for an invalid configuration,
-    ApplyFailed when a change failed."""
+    """Plan and apply `configs` as a submission (the rest of the project is not touched),
+    holding the state's lock; the plan applied. Runs may name fleets, volumes and gateways
+    the project's state holds. SpecError for an invalid configuration, ApplyFailed when a
+    change failed."""
     return await _apply_resources([c.resource() for c in configs], project, lock_timeout)
 
 
 async def _apply_resources(
     resources: Sequence[Resource], project: str | Path, lock_timeout: float = LOCK_TIMEOUT
 ) -> Plan:
-    from dstack_plan.plan.planner import PlanOptions
     from dstack_plan.project import Project
 
-    targets = tuple(r.address for r in resources)
-    opened = Project(Path(project), configs=resources)
+    opened = Project(Path(project), configs=resources, submit=True)
     try:
         async with opened.locked("apply", lock_timeout):
-            plan, _ = await opened.plan(PlanOptions(targets=targets))
+            plan, _ = await opened.plan()
             if plan.has_changes:
                 report = await opened.apply(plan)
                 if not report.ok:

@@ -63,7 +63,7 @@ def timestamp(clock: Clock) -> datetime:
 
 
 _UPDATABLE_FIELDS = frozenset(
-    {"provider", "spec", "attributes", "status", "depends_on", "tainted"}
+    {"provider", "spec", "attributes", "status", "depends_on", "tainted", "submitted"}
 )
 
 
@@ -88,6 +88,10 @@ class ResourceState(BaseModel):
     created_at: Timestamp
     updated_at: Timestamp
     tainted: bool = False
+    submitted: bool = Field(default=False, exclude_if=lambda value: not value)
+    """Created by a submission (`dstack apply -f`, the SDK) and not found in the project
+    directory's files since: a directory apply keeps it instead of deleting it. Written
+    only when true, so declared entries read as they always did."""
 
     @field_validator("spec_hash")
     @classmethod
@@ -136,6 +140,7 @@ class ResourceState(BaseModel):
         attributes: Mapping[str, Any] | None = None,
         depends_on: Iterable[str] = (),
         tainted: bool = False,
+        submitted: bool = False,
     ) -> ResourceState:
         """Build a new entry for `address` with `created_at == updated_at == now`."""
         kind, name = parse_address(address)
@@ -151,6 +156,7 @@ class ResourceState(BaseModel):
                 "created_at": now,
                 "updated_at": now,
                 "tainted": tainted,
+                "submitted": submitted,
             }
         )
 
@@ -159,7 +165,7 @@ class ResourceState(BaseModel):
 
         Returning `self` for a no-op keeps `updated_at` still, so re-committing the same facts
         does not count as a content change (and does not bump the serial).
-        Allowed fields: provider, spec, attributes, status, depends_on, tainted.
+        Allowed fields: provider, spec, attributes, status, depends_on, tainted, submitted.
         """
         unknown = set(changes) - _UPDATABLE_FIELDS
         if unknown:

@@ -16,13 +16,13 @@ import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import asyncssh
 
 from dstack_plan.clock import Clock, SystemClock
+from dstack_plan.config.identity_files import identity_path
 from dstack_plan.errors import HostKeyChangedError, SSHError
 from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy
 from dstack_plan.providers.ssh.models import SSHTarget
@@ -67,7 +67,7 @@ def _client_keys(target: SSHTarget) -> dict[str, Any]:
             return _encrypted_or_bad(target, "the inline ssh_key.private", e)
     if target.identity_file is None:
         return {}  # asyncssh's defaults: the ssh-agent and ~/.ssh/id_*
-    path = Path(target.identity_file).expanduser()
+    path = identity_path(target.identity_file)
     if not path.is_file():
         raise SSHError(
             target.name,

@@ -38,7 +38,12 @@ from dstack_plan.agent.http import (
     TransportError,
     tcp,
 )
-from dstack_plan.agent.protocol import CONNECTION_FILE, HEADER_LOG_FIRST_OFFSET, HEADER_LOG_OFFSET
+from dstack_plan.agent.protocol import (
+    CONNECTION_FILE,
+    HEADER_LOG_FIRST_OFFSET,
+    HEADER_LOG_OFFSET,
+    HEALTH_TIMEOUT,
+)
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.errors import AgentError
 
@@ -48,6 +53,16 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 3
 FOLLOW_IDLE_TIMEOUT = 30
 UPLOAD_BYTES_PER_SECOND = 1024 * 1024
+
+
+def health_wait(age: float | None, start_wait: float) -> float:
+    """How long a running agent `age` seconds old (None: not known) gets to answer `/health`
+    before a controller about to reuse it takes it for hung and restarts it: HEALTH_TIMEOUT;
+    while it may still be starting (younger than `start_wait`, the wait a fresh start gives
+    it), what is left of that wait, so that an agent merely slow to start is not restarted."""
+    if age is None:
+        return HEALTH_TIMEOUT
+    return max(HEALTH_TIMEOUT, start_wait - max(age, 0.0))
 
 
 def _message(response: Response) -> str:
@@ -180,6 +195,16 @@ class AgentClient:
     async def health(self) -> Health:
         """Version and uptime."""
         return Health.model_validate((await self._request("GET", "/health")).json())
+
+    async def answers(self, timeout: float) -> bool:
+        """Whether the agent answers `/health` within `timeout` seconds (with the client's
+        retries: make it with `retries=0` for one try): False, never AgentError, when it
+        does not or something else answers (see `health_wait`)."""
+        try:
+            response = await self._request("GET", "/health", timeout=timeout)
+            return Health.model_validate(response.json()).status == "ok"
+        except (AgentError, ValueError):
+            return False
 
     async def host_facts(self) -> HostFacts:
         """OS, CPUs, memory, disk, addresses, docker engine and GPUs of the host."""

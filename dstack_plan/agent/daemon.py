@@ -173,23 +173,35 @@ def _tail(path: Any, lines: int = 20) -> str:
         return ""
 
 
-def stop(data: DataDir, timeout: float) -> bool:
-    """Stop the running agent (SIGTERM, SIGKILL after `timeout`); False if none ran."""
+def stop(data: DataDir, timeout: float, pid: int | None = None) -> bool:
+    """Stop the running agent (SIGTERM, then SIGCONT so that a stopped one gets it too, as
+    systemd does; SIGKILL after `timeout`); False if none ran, or (given `pid`) when the agent
+    running is another process than `pid`."""
     if not is_running(data):
         return False
-    pid = read_pid(data)
-    if pid is None:
+    running = read_pid(data)
+    if running is None:
         raise DaemonError(f"an agent holds {data.serve_lock} but {data.pid_file} is unreadable")
-    os.kill(pid, signal.SIGTERM)
+    if pid is not None and running != pid:
+        return False  # it was replaced meanwhile (another command restarted it): keep that one
+    _signal(running, signal.SIGTERM)
+    _signal(running, signal.SIGCONT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not is_running(data):
             return True
         time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
+    _signal(running, signal.SIGKILL)
     while is_running(data):
         time.sleep(0.05)
     return True
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # it exited meanwhile
 
 
 def status(data: DataDir) -> dict[str, Any]:

@@ -65,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
             )
     stop = command("stop", "stop the detached agent (jobs in containers keep running)")
     stop.add_argument("--timeout", type=float, default=15.0)
+    stop.add_argument(
+        "--pid",
+        type=int,
+        default=None,
+        help="stop it only if the running agent is this process (not one started since)",
+    )
     command("status", "print whether an agent runs and how to reach it")
     return parser
 
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         if args.command == "stop":
-            stopped = daemon.stop(data, args.timeout)
+            stopped = daemon.stop(data, args.timeout, args.pid)
             print("stopped" if stopped else f"no agent runs on {data.root}")
             return 0
         info = daemon.status(data)

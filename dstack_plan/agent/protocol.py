@@ -83,6 +83,11 @@ REDACTED = "(redacted)"
 
 DEFAULT_LOG_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_STOP_TIMEOUT = 10.0
+HEALTH_TIMEOUT = 5.0
+"""Seconds a running agent has to answer `/health` before a controller about to reuse it takes
+it for hung (stopped, or listening where the controller cannot reach) and restarts it."""
+HUNG_STOP_TIMEOUT = 5.0
+"""Seconds such an agent gets to exit on SIGTERM before SIGKILL."""
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_BLOB_BYTES = 1024 * 1024 * 1024
 """A code archive upload (`PUT /blobs/{sha256}`) streams to disk, so it may be far larger."""

@@ -9,28 +9,39 @@ exists on this machine, so a plan or `ps` gets "no jobs" and host facts gathered
 (see `LocalAgentClient`). Anything else starts it: a submit, or a read while job records exist
 (after a reboot or a crash of the agent its containers may still run, and only the agent can
 say), and the provider remembers that it did (`started`) so the CLI can say so.
+
+A running agent is reused only when it answers `/health` within a few seconds (`health_wait`:
+longer while it may still be starting). One that runs but does not answer (stopped, or hung)
+is stopped (SIGTERM and SIGCONT, SIGKILL if need be) and another started in its place, as any
+restart of the agent: its containers are re-adopted, its process jobs end `executor_error`. A
+warning says so (`replaced_pid` records it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import platform
 import socket
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dstack_plan.agent.api_models import ConnectionInfo, HostFacts, JobInfo, JobStatus
-from dstack_plan.agent.client import AgentClient
+from dstack_plan.agent.client import AgentClient, health_wait
 from dstack_plan.agent.datadir import default_agent_dir
 from dstack_plan.agent.deferred_client import DeferredAgentClient
+from dstack_plan.agent.protocol import HUNG_STOP_TIMEOUT
 from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.providers.base import GPU, Instance, MachineResources, Offer, Provider
 
 if TYPE_CHECKING:
     from dstack_plan.agent.http import Response
     from dstack_plan.config.resources import ResourcesSpec
+
+log = logging.getLogger(__name__)
 
 LOCAL_FLEET = "local"
 LOCAL_PROVIDER = "local"
@@ -62,6 +73,9 @@ class LocalProvider(Provider):
         self._client: LocalAgentClient | None = None
         self.started: ConnectionInfo | None = None
         """The agent this provider started (None: it started none)."""
+        self.replaced_pid: int | None = None
+        """The pid of the agent that was running but did not answer, which this provider
+        stopped before starting another (None: it found none such)."""
 
     def implicit_instances(self, fleet: str) -> list[Instance]:
         """This machine, for the implicit fleet `local` (partial: `refresh` adds resources)."""
@@ -135,11 +149,48 @@ class LocalProvider(Provider):
         data = DataDir(self.agent_dir)
         return not is_running(data) and not _has_entries(data.jobs)
 
-    def connect(self) -> AgentClient:
-        """A client of the running agent, started first if none runs (blocking)."""
-        running = _running_agent(self.agent_dir)
-        if running is not None:
-            return running
+    async def open_agent(self) -> AgentClient:
+        """A client of the agent: the running one when it answers `/health` (within
+        `health_wait`), else one started now; one that runs but does not answer is stopped
+        first (see module doc)."""
+        info = await asyncio.to_thread(_running_info, self.agent_dir)
+        if info is None:
+            return await asyncio.to_thread(self.start_agent)
+        started = info.get("started_at")
+        # the agent's own wall clock (time.time) said when it started: compare with the same
+        age = time.time() - started if isinstance(started, (int, float)) else None
+        wait = health_wait(age, AGENT_START_TIMEOUT)
+        try:
+            probe = _client(self.agent_dir, timeout=wait, retries=0)
+        except AgentError:  # it stopped meanwhile
+            return await asyncio.to_thread(self.start_agent)
+        if await probe.answers(wait):
+            return _client(self.agent_dir)
+        pid = int(info["pid"])
+        await asyncio.to_thread(self._stop_hung, pid)
+        client = await asyncio.to_thread(self.start_agent)
+        self.replaced_pid = pid
+        log.warning(
+            "localhost: agent (pid %d) did not answer within %gs; restarted it",
+            pid,
+            round(wait, 1),
+        )
+        return client
+
+    def _stop_hung(self, pid: int) -> None:
+        from dstack_plan.agent.daemon import DaemonError, stop
+        from dstack_plan.agent.datadir import DataDir
+
+        try:
+            stop(DataDir(self.agent_dir), HUNG_STOP_TIMEOUT, pid)
+        except (DaemonError, OSError) as e:
+            raise AgentError(
+                "localhost", f"cannot stop the local agent (pid {pid}), which does not answer: {e}"
+            ) from None
+
+    def start_agent(self) -> AgentClient:
+        """A client of the agent `agent start` started, or found running (blocking; no
+        `/health` check of one found running: `open_agent` makes it)."""
         from dstack_plan.agent.daemon import DaemonError, start
         from dstack_plan.agent.datadir import DataDir
         from dstack_plan.agent.protocol import DEFAULT_LOG_MAX_BYTES
@@ -187,7 +238,7 @@ class LocalAgentClient(DeferredAgentClient):
         self._provider = provider
 
     async def _open(self) -> AgentClient:
-        return await asyncio.to_thread(self._provider.connect)
+        return await self._provider.open_agent()
 
     async def _idle(self) -> bool:
         return self._agent is None and await asyncio.to_thread(self._provider.idle)
@@ -237,8 +288,9 @@ def _has_entries(directory: Path) -> bool:
         return False
 
 
-def _running_agent(agent_dir: Path) -> AgentClient | None:
-    """A client for the agent already serving `agent_dir`, or None (then `start` it).
+def _running_info(agent_dir: Path) -> dict[str, Any] | None:
+    """The connection info of the agent already serving `agent_dir`, or None (then `start`
+    it).
 
     Checked without importing the daemon and its runtimes, which would cost more than the
     rest of a small `dstack plan`.
@@ -246,14 +298,9 @@ def _running_agent(agent_dir: Path) -> AgentClient | None:
     from dstack_plan.agent.datadir import DataDir
     from dstack_plan.agent.liveness import connection_info
 
-    if connection_info(DataDir(agent_dir)) is None:
-        return None
-    try:
-        return _client(agent_dir)
-    except AgentError:
-        return None
+    return connection_info(DataDir(agent_dir))
 
 
-def _client(agent_dir: Path) -> AgentClient:
+def _client(agent_dir: Path, **kwargs: Any) -> AgentClient:
     """A client of the agent serving `agent_dir` (it listens on 127.0.0.1)."""
-    return AgentClient.from_data_dir(agent_dir, host="localhost")
+    return AgentClient.from_data_dir(agent_dir, host="localhost", **kwargs)

@@ -19,6 +19,14 @@ the one this install would write, and enabled. Only when something is missing or
 does the install go on (upload, `agent.pyz start`, the unit). The agent so found is the one
 `agent.pyz start` would have found running and returned.
 
+An agent found running (either way) is reused only if it answers `/health` through the tunnel
+within `HEALTH_TIMEOUT` seconds (while it is younger than `START_WAIT`, what is left of the
+wait a fresh start gives it: `health_wait`). One that does not (stopped, hung, or listening in
+another network namespace, where the host's 127.0.0.1:port is not it) is stopped (SIGTERM and
+SIGCONT, SIGKILL after `HUNG_STOP_TIMEOUT`; its unit stopped too) and started again as a new
+build's is: containers of its jobs are re-adopted, its process jobs end `executor_error`. A
+warning names the host and the pid (`RemoteAgent.replaced_pid`).
+
 Where systemd runs, the agent runs as an enabled unit (`systemd.py`), so it comes back after a
 reboot (`RemoteAgent.persistent`); a non-root user's unit needs lingering for that, which the
 install turns on when it may. Elsewhere (or when the user's service manager does not answer)
@@ -33,19 +41,21 @@ import json
 import logging
 import secrets
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import asyncssh
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from dstack_plan.agent.client import AgentClient, health_wait
 from dstack_plan.agent.datadir import DataDir
-from dstack_plan.agent.protocol import TOKEN_FILE
+from dstack_plan.agent.protocol import HUNG_STOP_TIMEOUT, TOKEN_FILE
 from dstack_plan.errors import SSHError
 from dstack_plan.providers.ssh import locate
 from dstack_plan.providers.ssh.bundle import AgentBundle, build_bundle, cached_bundle
 from dstack_plan.providers.ssh.locate import BUNDLE_NAME, SHA256_NAME, Running, UnitFile
 from dstack_plan.providers.ssh.systemd import AgentUnit, SystemdFacts
+from dstack_plan.providers.ssh.tunnel import AGENT_ADDRESS, tunnel
 
 __all__ = [
     "AgentBundle",
@@ -84,6 +94,11 @@ class RemoteAgent(BaseModel):
     persistent: bool = False
     """It runs as an enabled systemd unit, so it comes back after a reboot (False: started
     detached, or a user unit without lingering)."""
+    started_at: float | None = None
+    """When it started, by the host's clock (None: not known)."""
+    replaced_pid: int | None = None
+    """The pid of the agent that was running but did not answer, which this install stopped
+    before starting this one (None: it found none such)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,8 @@ class _Location:
     systemd: SystemdFacts | None = None
     running: Running | None = None
     unit_file: UnitFile | None = None
+    now: float | None = None
+    """The host's time when it was located (None: it did not say)."""
 
     @property
     def bundle(self) -> str:
@@ -177,6 +194,7 @@ async def _locate(conn: asyncssh.SSHClientConnection, host: str, agent_dir: str)
         SystemdFacts.parse(said),
         locate.running(f"{directory}/{BUNDLE_NAME}", f"{directory}/data", said),
         locate.unit_file(said),
+        float(said["now"]) if said.get("now", "").isdigit() else None,
     )
 
 
@@ -210,6 +228,7 @@ def _found(host: str, where: _Location, running: Running, *, persistent: bool) -
         uploaded=False,
         already_running=True,
         persistent=persistent,
+        started_at=running.started_at,
     )
 
 
@@ -248,11 +267,81 @@ async def install_agent(
     """Make the agent of `bundle` run on the host and say how to reach it (see module doc).
 
     Safe to repeat: with the same build on the host and running, it uploads and starts
-    nothing, in one remote command. Raises SSHError naming the host when a step fails.
+    nothing, in one remote command and one `/health` request through the tunnel. An agent that
+    was running but does not answer is stopped and started again (see module doc). Raises
+    SSHError naming the host when a step fails.
     """
     where = await _locate(conn, host, agent_dir)
-    uploaded = where.sha256 != bundle.sha256
     unit = where.unit(host)
+    remote = await _install(conn, host, bundle, where, unit)
+    if not remote.already_running:
+        return remote  # `agent.pyz start` saw it answer
+    age = None
+    if where.now is not None and remote.started_at is not None:
+        age = where.now - remote.started_at
+    wait = health_wait(age, START_WAIT)
+    if await _answers(conn, host, remote, wait):
+        return remote
+    await _stop_hung(conn, host, where, unit, remote.pid)
+    restarted = await _install(
+        conn, host, bundle, replace(where, sha256=bundle.sha256, running=None), unit
+    )
+    log.warning(
+        "%s: agent (pid %d) did not answer within %gs; restarted it",
+        host,
+        remote.pid,
+        round(wait, 1),
+    )
+    return restarted.model_copy(update={"replaced_pid": remote.pid})
+
+
+async def _answers(
+    conn: asyncssh.SSHClientConnection, host: str, remote: RemoteAgent, wait: float
+) -> bool:
+    """Whether the agent answers `/health` through the tunnel within `wait` seconds."""
+
+    async def connection() -> asyncssh.SSHClientConnection:
+        return conn
+
+    probe = AgentClient(
+        f"http://{AGENT_ADDRESS}:{remote.port}",
+        remote.token,
+        host=host,
+        connect=tunnel(connection, remote.port),
+        timeout=wait,
+        retries=0,
+    )
+    return await probe.answers(wait)
+
+
+async def _stop_hung(
+    conn: asyncssh.SSHClientConnection,
+    host: str,
+    where: _Location,
+    unit: AgentUnit | None,
+    pid: int,
+) -> None:
+    """Stop the agent `pid` that does not answer: SIGTERM and SIGCONT (it may be stopped),
+    SIGKILL after HUNG_STOP_TIMEOUT; then, where it runs as a unit, stop the unit as a new
+    build does (so systemd does not start it again meanwhile). Jobs in containers keep
+    running; the next agent finds them again."""
+    timeout = f"{HUNG_STOP_TIMEOUT:g}"
+    script = where.agent_command("stop", "--timeout", timeout, "--pid", str(pid))
+    if unit is not None:
+        script = f"{script} && {unit.restart_stop_script(where.agent_command('stop'))}"
+    await run_command(conn, host, script, f"stopping the agent (pid {pid}) that did not answer")
+
+
+async def _install(
+    conn: asyncssh.SSHClientConnection,
+    host: str,
+    bundle: AgentBundle,
+    where: _Location,
+    unit: AgentUnit | None,
+) -> RemoteAgent:
+    """The running agent as `where` found it (when it can be reused as it is), else the bundle
+    uploaded if need be and the agent started (or found running by `agent.pyz start`)."""
+    uploaded = where.sha256 != bundle.sha256
     if not uploaded:
         reused = _reuse(host, where, unit)
         if reused is not None:
@@ -281,6 +370,10 @@ async def install_agent(
             "%s: the agent runs %s, so it will not survive a reboot", host, _why_not(output)
         )
     return remote
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _why_not(output: str) -> str:
@@ -330,6 +423,7 @@ def _remote(
                 else bool(info.get("already_running", True))
             ),
             persistent=said.get("persistent") == "1",
+            started_at=_number(info.get("started_at")),
         )
     except (ValueError, KeyError, IndexError) as e:
         raise SSHError(host, f"the agent said something unexpected: {e}") from e

@@ -9,9 +9,11 @@ The build is the sha256 recorded beside the bundle at upload (`agent.pyz.sha256`
 python3 once, and recorded, for a bundle uploaded before that file existed). An agent runs when
 its pid file names a live process whose command line is that bundle's `serve` on that data dir
 (a stale pid file names a dead process, or another program), and its connection file is that
-process's. Where systemd runs, the command also tells the agent's unit file (its sha256, and
-whether it is enabled), so that a running agent is reused without asking systemctl anything.
-`install.py` decides what to do with it.
+process's (which says when it started: `Running.started_at`; the command also prints the
+host's time, `now`, so that how long it has run is told by the host's clock alone). Where
+systemd runs, the command also tells the agent's unit file (its sha256, and whether it is
+enabled), so that a running agent is reused without asking systemctl anything. `install.py`
+decides what to do with it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Running:
     port: int
     version: str
     token: str
+    started_at: float | None = None
+    """When it started, by the host's clock (its connection file's `started_at`)."""
 
 
 @dataclass(frozen=True)
@@ -93,10 +97,10 @@ _UNIT_CHECK = (
 
 
 def script(agent_dir: str) -> str:
-    """The command: `key=value` lines (`dir`, `sha`, `pid`, `cmdline`, `connection`, `token`,
-    `SystemdFacts`' keys, `unit_*`)."""
+    """The command: `key=value` lines (`dir`, `now`, `sha`, `pid`, `cmdline`, `connection`,
+    `token`, `SystemdFacts`' keys, `unit_*`)."""
     return (
-        f'n=$(uname -n); d={base(agent_dir)}/hosts/"$n"; echo "dir=$d"; '
+        f'n=$(uname -n); d={base(agent_dir)}/hosts/"$n"; echo "dir=$d"; echo "now=$(date +%s)"; '
         f"{_SHA_CHECK}; {_RUNNING_CHECK}; {DETECT}; {_UNIT_CHECK}"
     )
 
@@ -119,7 +123,14 @@ def running(bundle: str, data: str, said: Mapping[str, str]) -> Running | None:
         info = json.loads(said.get("connection") or "null")
         if not isinstance(info, dict) or info.get("pid") != int(pid):
             return None  # a connection file from before, or not written yet
-        found = Running(int(pid), int(info["port"]), str(info["version"]), said["token"].strip())
+        started = info.get("started_at")
+        found = Running(
+            int(pid),
+            int(info["port"]),
+            str(info["version"]),
+            said["token"].strip(),
+            float(started) if isinstance(started, (int, float)) else None,
+        )
     except (ValueError, KeyError, TypeError):
         return None
     return found if found.token else None

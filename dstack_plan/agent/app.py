@@ -9,13 +9,14 @@ from typing import Any
 
 from dstack_plan.agent import gpus as gpu_tools
 from dstack_plan.agent.blobs import BlobStore
+from dstack_plan.agent.claims import ClaimStore
 from dstack_plan.agent.datadir import DataDir
 from dstack_plan.agent.dockerlib import DockerEngine
 from dstack_plan.agent.gpualloc import GpuAllocator
 from dstack_plan.agent.hostfacts import host_facts
 from dstack_plan.agent.jobs import JobManager
 from dstack_plan.agent.metrics import CONTENT_TYPE, host_families, render
-from dstack_plan.agent.protocol import AGENT_VERSION, API_VERSION
+from dstack_plan.agent.protocol import AGENT_VERSION, API_VERSION, FINISHED_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,21 @@ class AgentApp:
             log_max_bytes,
             self.blobs,
         )
+        self.claims = ClaimStore(data.root, self.running_runs_of)
         log.info("agent %s: %d GPU(s) found", self.agent_id, len(self._gpus))
+
+    def unfinished_jobs(self, deployment: str | None = None) -> list[dict[str, Any]]:
+        """The jobs that have not finished (of the state whose deployment key is given)."""
+        return [
+            job
+            for job in self.jobs.list()
+            if job["status"] not in FINISHED_STATUSES
+            and (deployment is None or _deployment(job) == deployment)
+        ]
+
+    def running_runs_of(self, deployment: str) -> list[str]:
+        """The names of the runs of `deployment` with a job that has not finished here."""
+        return sorted({str(j.get("run_name")) for j in self.unfinished_jobs(deployment)})
 
     def start(self) -> None:
         """Recover jobs from a previous run. Docker is not connected here: the SDK is imported
@@ -104,3 +119,11 @@ class AgentApp:
         return render(families)
 
     metrics_content_type = CONTENT_TYPE
+
+
+def _deployment(job: dict[str, Any]) -> str | None:
+    """The deployment key of the state that submitted `job` (its `deployment` label)."""
+    spec = job.get("spec")
+    labels = spec.get("labels") if isinstance(spec, dict) else None
+    key = labels.get("deployment") if isinstance(labels, dict) else None
+    return key if isinstance(key, str) else None

@@ -68,10 +68,19 @@ SESSION_ACTIVITY_SAVE = 30.0
 class ApiError(Exception):
     """An answer other than success: HTTP status, message, and the offending field if any."""
 
-    def __init__(self, status: int, message: str, field: str | None = None, code: str = "error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        code: str = "error",
+        details: dict[str, Any] | None = None,
+    ):
         self.status = status
         self.field = field
         self.code = code
+        self.details = details
+        """More the client may act on (the owner of a claimed host), sent beside the rest."""
         super().__init__(message)
 
 

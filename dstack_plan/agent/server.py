@@ -54,6 +54,9 @@ _ROUTES: list[Route] = [
     ("POST", re.compile(r"/bandwidth/listen"), "bandwidth_listen"),
     ("POST", re.compile(r"/bandwidth/send"), "bandwidth_send"),
     ("GET", re.compile(r"/bandwidth/(?P<probe_id>[0-9a-f]+)"), "bandwidth_result"),
+    ("GET", re.compile(r"/claims"), "list_claims"),
+    ("PUT", re.compile(r"/claims"), "claim"),
+    ("POST", re.compile(r"/claims/release"), "release_claim"),
 ]
 _STREAMED_BODY = re.compile(r"/blobs/[^/]+")
 """PUT bodies that go to disk as they arrive (`api_put_blob`) instead of into memory."""
@@ -157,9 +160,10 @@ class Handler(BaseHTTPRequestHandler):
             )
         except ApiError as e:
             extra = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
-            self._send_json(
-                e.status, {"error": {"code": e.code, "message": str(e), "field": e.field}}, extra
-            )
+            error: dict[str, Any] = {"code": e.code, "message": str(e), "field": e.field}
+            if e.details is not None:
+                error["details"] = e.details
+            self._send_json(e.status, {"error": error}, extra)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as e:
@@ -335,6 +339,16 @@ class Handler(BaseHTTPRequestHandler):
             )
         created = self.app.blobs.put(sha256, self.rfile, length)
         self._send_json(201 if created else 200, {"sha256": sha256, "size": length})
+
+    def api_list_claims(self, query: dict[str, list[str]]) -> None:
+        self._send_json(200, {"claims": self.app.claims.recorded()})
+
+    def api_claim(self, query: dict[str, list[str]]) -> None:
+        self._send_json(200, self.app.claims.claim(self._json_body()))
+
+    def api_release_claim(self, query: dict[str, list[str]]) -> None:
+        released = self.app.claims.release(self._json_body())
+        self._send_json(200, {**released, "unfinished_jobs": self.app.unfinished_jobs()})
 
     def api_bandwidth_listen(self, query: dict[str, list[str]]) -> None:
         """Open a one-shot probe listener on this host's fleet address (`bandwidth.py`)."""

@@ -4,21 +4,27 @@ A fleet's hosts are the ones its `ssh_config` lists; the `ssh` provider does the
 (pre-flight, agent install over SFTP, host facts). What happens when a host fails:
 - create: the others are provisioned all the same (their agents keep running), and the
   create fails naming each failed host and why. State keeps the entry tainted, as for any
-  failed create, so the next apply replaces it: it stops the agents and provisions every host
-  again (a host with the same agent build gets no upload);
+  failed create, with the hosts it reached recorded, so the next apply replaces it: it stops
+  the agents it installed and provisions every host again (a host with the same agent build
+  gets no upload). A host that never got an agent needs nothing stopped: a create that failed
+  before reaching any host (a wrong user, a key with a passphrase, a host that does not
+  answer) is replaced or destroyed without connecting to it with the settings that failed;
 - update (hosts added or removed): removed hosts' agents are stopped, added hosts are
   provisioned; a failed added host fails the update, and state keeps the old entry, so the
   next plan shows the same update again;
 - refresh: a host that does not answer is recorded `unreachable` with the reason (the
   fleet `degraded`), never raised: plan goes on;
-- delete: the agent is stopped on every host of the recorded spec (idempotent).
+- delete: the agent is stopped on every host of the recorded spec that got one (idempotent),
+  reached with the settings of the configuration that replaces the fleet where it lists the
+  host. A host that cannot be reached fails the delete, saying what is left there; with
+  `--force` it is forgotten instead, and the output says so.
 Host keys are pinned in state per host (first use); a host presenting another key fails with
 both fingerprints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dstack_plan.apply.fleet_probe import Prober, entry_for, probed
@@ -29,7 +35,7 @@ from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.ssh.pins import HostKeyStore, MemoryHostKeyStore
-from dstack_plan.state.model import ResourceState
+from dstack_plan.state.model import ResourceState, State, timestamp
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
@@ -68,7 +74,9 @@ class FleetHandler(ResourceHandler):
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
         assert change.after is not None
         name, config = fleet_ssh_config(change.after, change.address)
-        record = await self.provision(name, config, FleetRecord(), change.address, ctx)
+        record = await self.provision(
+            name, config, FleetRecord(), change.address, ctx, on_failure=_record_reached(ctx)
+        )
         record = await self._probed(change, record, ctx)
         return Outcome(record.status, record.to_attributes())
 
@@ -116,7 +124,27 @@ class FleetHandler(ResourceHandler):
         if not _is_ssh(current):  # nothing this version created: drop the record
             return await self._unsupported.delete(current, ctx)
         name, config = fleet_ssh_config(current.spec, current.address)
-        await self._terminate(name, config, MemoryHostKeyStore(FleetRecord.of(current).pins()))
+        record = FleetRecord.of(current)
+        config = _with_agents(config, record, current.tainted)
+        if not config.hosts:
+            ctx.progress(current.address, "no host got an agent: nothing to stop")
+            return
+        pins = MemoryHostKeyStore(record.pins())
+        # a tainted fleet's settings may be what failed: reach its hosts as the correction says
+        successor = ctx.successor if current.tainted else None
+        for part in _reached_as_configured(config, successor):
+            try:
+                await self._terminate(name, part, pins)
+            except ProviderError as e:
+                if not ctx.force:
+                    raise ProviderError(
+                        SSH,
+                        f"{e.detail}; left there: the agent and its data dir (job records, "
+                        "logs). Fix the host or its settings and destroy again, or pass "
+                        "--force to forget it",
+                        current.address,
+                    ) from None
+                ctx.progress(current.address, f"forgotten, as --force says: {e.detail}")
 
     async def provision(
         self,
@@ -125,9 +153,11 @@ class FleetHandler(ResourceHandler):
         kept: FleetRecord,
         address: str,
         ctx: ApplyContext,
+        on_failure: Callable[[str, FleetRecord], Awaitable[None]] | None = None,
     ) -> FleetRecord:
         """Provision the hosts of `config` that `kept` does not hold; raise naming each host
-        that failed, after all were tried."""
+        that failed, after all were tried (and after `on_failure` got the record of every
+        host, the failed ones with their problem)."""
         done = kept.by_name()
         new = tuple(h for h in config.hosts if config.host_name(h) not in done)
         if not new:
@@ -143,6 +173,8 @@ class FleetHandler(ResourceHandler):
             await provider.close()
         failed = [h for h in record.hosts if h.problem]
         if failed:
+            if on_failure is not None:
+                await on_failure(address, _ordered(config, {**done, **record.by_name()}))
             reasons = "; ".join(h.problem or h.name for h in failed)  # each names its host
             raise ProviderError(
                 SSH, f"{len(failed)} of {len(new)} host(s) failed: {reasons}", address
@@ -212,6 +244,63 @@ class FleetHandler(ResourceHandler):
             await provider.terminate(provider.host_instances(name))
         finally:
             await provider.close()
+
+
+def _record_reached(ctx: ApplyContext) -> Callable[[str, FleetRecord], Awaitable[None]]:
+    """Record on the (tainted) intent entry the hosts a failed create reached, so that its
+    replacement or destroy stops what it installed and leaves the others alone."""
+
+    async def record(address: str, hosts: FleetRecord) -> None:
+        if ctx.commit is None:
+            return
+        now = timestamp(ctx.clock)
+
+        def mutate(state: State) -> State:
+            entry = state.get(address)
+            if entry is None or not entry.tainted:
+                return state
+            return state.with_resource(entry.updated(now=now, attributes=hosts.to_attributes()))
+
+        await ctx.commit(mutate)
+
+    return record
+
+
+def _with_agents(config: SSHConfig, record: FleetRecord, tainted: bool) -> SSHConfig:
+    """`config` with only the hosts that may have an agent: all of them, unless the entry is
+    a create that failed and recorded which hosts it reached (those that got none are left
+    out). A tainted entry that recorded nothing (a create cut short, or from an older
+    version) may have installed on any."""
+    if not tainted or not record.hosts:
+        return config
+    installed = {h.name for h in record.hosts if h.agent_sha256 or h.agent_version}
+    hosts = tuple(h for h in config.hosts if config.host_name(h) in installed)
+    return config.model_copy(update={"hosts": hosts})
+
+
+def _reached_as_configured(
+    config: SSHConfig, successor: Mapping[str, Any] | None
+) -> list[SSHConfig]:
+    """`config`'s hosts in groups to reach them by: those the configuration replacing the
+    fleet (`successor`, a delete-then-create) also lists, with its settings (a corrected
+    user, key or port), and the others with `config`'s."""
+    if successor is None or not isinstance(successor.get("ssh_config"), dict):
+        return [config]
+    try:
+        _, new = fleet_ssh_config(successor, "fleet.successor")
+    except (ProviderError, ValueError):
+        return [config]
+    listed = {new.endpoint(h)[0]: h for h in new.hosts}
+    moved = tuple(
+        listed[config.endpoint(h)[0]] for h in config.hosts if config.endpoint(h)[0] in listed
+    )
+    stay = tuple(h for h in config.hosts if config.endpoint(h)[0] not in listed)
+    groups = []
+    if moved:
+        groups.append(new.model_copy(update={"hosts": moved}))
+    if stay:
+        groups.append(config.model_copy(update={"hosts": stay}))
+    return groups
 
 
 def _stop_timeout(job: JobInfo) -> float:

@@ -55,7 +55,10 @@ class ApplyContext:
     address. Whatever belongs to it must survive the delete (create-before-destroy)."""
     force: bool = False
     """`apply --force`: drain SSH hosts that leave their fleet (stop the jobs on them)
-    instead of refusing to remove them."""
+    instead of refusing to remove them; `destroy --force`: forget what cannot be reached."""
+    successor: Mapping[str, Any] | None = None
+    """When `delete` runs for a delete-then-create: the spec that replaces the one deleted
+    (a fleet whose create failed is reached with its corrected settings)."""
     state: Callable[[], State] | None = None
     """The newest state: during apply, what the walk last committed (a run reads the entry
     of the fleet created before it); during a refresh, the state being refreshed."""

@@ -185,10 +185,11 @@ class ChangeRunner:
     ) -> None:
         current = self._state.get(change.address)
         if current is not None:
+            ctx = replace(self._ctx, successor=change.after)
             await self._step(
                 change.address,
                 "delete",
-                lambda: handler.delete(records.for_handler(current), self._ctx),
+                lambda: handler.delete(records.for_handler(current), ctx),
                 # the old entry gives way to the intent in one write: no moment without either
                 lambda _: records.put(records.intent(change, self._now())),
                 progress,

@@ -103,9 +103,16 @@ def destroy(
     interactive: bool = InputOpt,
     parallelism: int = ParallelismOpt,
     lock_timeout: float = common.LockTimeoutOpt,
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Forget what cannot be cleaned (a host that does not answer), saying what is "
+        "left there.",
+    ),
 ) -> None:
     """Destroy everything in state (works after the configuration is gone)."""
     project = common.make_project(directory, files, state)
+    project.force = force
     run_destroy(
         project,
         tuple(target),

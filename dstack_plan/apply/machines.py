@@ -9,6 +9,12 @@ run) but is not `usable` for new jobs.
 
 One provider per SSH fleet serves every request of a command (one SSH connection per host,
 reused), until `close`.
+
+Reaching an SSH host's agent starts it (installs it if need be) when it does not run, unless
+`start_agents` is off: then only an agent that runs is talked to, and a host without one does
+not answer. Watch turns it off: only apply (creating or updating a fleet) puts agents on hosts,
+so a watch tick that read the state before a destroy committed cannot bring back the agents
+destroy just stopped.
 """
 
 from __future__ import annotations
@@ -64,14 +70,30 @@ class Machine:
 class FleetMachines:
     """Finds a fleet's machines and their agents, from the state that records the fleet."""
 
-    def __init__(self, implicit: Provider, ssh_provider: SSHProviderFactory):
+    def __init__(
+        self, implicit: Provider, ssh_provider: SSHProviderFactory, *, start_agents: bool = True
+    ):
         self.implicit = implicit
         """The provider of the fleets no resource creates (`local`: this machine)."""
         self._make_ssh = ssh_provider
+        self._start_agents = start_agents
         self._ssh: dict[str, tuple[str, SSHProvider]] = {}
         """fleet name -> (its recorded ssh_config and pins as JSON, the provider built from
         them)."""
         self._retired: list[SSHProvider] = []
+
+    @property
+    def start_agents(self) -> bool:
+        """Whether reaching an SSH host's agent may start (or install) it; False: only
+        agents that run are talked to (see the module doc). The implicit machine's agent
+        (this machine's, shared by every project) is started either way."""
+        return self._start_agents
+
+    @start_agents.setter
+    def start_agents(self, value: bool) -> None:
+        self._start_agents = value
+        for provider in [*(p for _, p in self._ssh.values()), *self._retired]:
+            provider.start_agents = value
 
     async def machines(self, fleet: str, state: State) -> list[Machine]:
         """The machines of `fleet`: the local one refreshed now (host facts, a fraction of a
@@ -208,6 +230,7 @@ class FleetMachines:
         if cached is not None:
             self._retired.append(cached[1])  # its connections are closed with the others
         provider = self._make_ssh(fleet, config, MemoryHostKeyStore(pins))
+        provider.start_agents = self._start_agents
         self._ssh[fleet] = (key, provider)
         return provider
 

@@ -31,6 +31,7 @@ from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.proxy.stats import RequestStats
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.scaling_decision import Load, decide
+from dstack_plan.watch.superseded import Superseded, log_superseded, still_current
 from dstack_plan.watch.tick import Acted, Tick, lock_holder
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ class Autoscaler:
         for entry in services:
             try:
                 updated = await self._scale(tick, handler, entry)
+            except Superseded as e:
+                log_superseded(e)
+                continue
             except DstackPlanError as e:
                 log.warning("%s: scaling failed: %s", entry.address, e)
                 continue
@@ -82,6 +86,7 @@ class Autoscaler:
         replicas = len({job.replica for job in RunRecord.of(entry).jobs})
         status, attributes = entry.status, dict(entry.attributes)
         if decision.desired != replicas:
+            await still_current(tick.project, tick.read, entry.address)  # a destroy since wins
             outcome = await handler.scale(
                 entry, decision.desired, tick.project.context(tick.state)
             )

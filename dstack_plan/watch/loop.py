@@ -4,8 +4,10 @@ Level-triggered: a tick decides from what is, not from what happened since the l
 watch killed at any moment and started again simply carries on (jobs run on their agents, not
 in this process). It never takes the apply lock: `apply` and `watch` run side by side, and
 every write is a compare-and-swap commit of small mutations that yield to apply's (see
-`record`). Only the holder of the leader lease acts; a standby still observes (metrics), so
-it is warm when it takes over.
+`record`). Watch never starts an agent (only apply does), and starts no job for a run the
+state no longer has as the tick read it, nor while an operation holds the lock (`superseded`):
+a destroy beside it wins. Only the holder of the leader lease acts; a standby still
+observes (metrics), so it is warm when it takes over.
 
 One tick, in order:
 1. renew (or take) the lease;
@@ -74,6 +76,10 @@ class Watcher:
         actors: Sequence[Actor] | None = None,
     ) -> None:
         self.project = project
+        # Watch only talks to agents that run: a tick that read the state before a destroy
+        # committed must not start again the agents destroy stopped (only apply puts agents on
+        # hosts). A host without one does not answer this tick, as one cut off.
+        project.machines.start_agents = False
         self.clock = project.clock
         self.lease = lease
         self.events = events

@@ -42,6 +42,7 @@ from dstack_plan.watch.retries import RETRY_KEY
 from dstack_plan.watch.retry import backoff, decide_retry
 from dstack_plan.watch.retry_model import JobOutcome, RetryState
 from dstack_plan.watch.schedule import cron_due
+from dstack_plan.watch.superseded import Superseded, log_superseded
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ class PendingRuns:
         for run, record in queued:
             try:
                 updated = await self._place(tick, run, record, freed)
+            except Superseded as e:
+                log_superseded(e)
+                continue
             except DstackPlanError as e:
                 log.warning("%s: placing the queued run failed: %s", run.address, e)
                 continue
@@ -79,6 +83,9 @@ class PendingRuns:
                 continue
             try:
                 updated = await self._scheduled(tick, run)
+            except Superseded as e:
+                log_superseded(e)
+                continue
             except DstackPlanError as e:
                 log.warning("%s: starting the scheduled run failed: %s", run.address, e)
                 continue
@@ -141,7 +148,7 @@ class PendingRuns:
         ctx = tick.project.context(tick.state)
         try:
             hold_for_quota(tick.project.directory, tick.state, run, tick.now)
-            placed = await restart_run(tick.project, run, ctx)
+            placed = await restart_run(tick.project, run, ctx, read=tick.read)
         except NoCapacity as e:  # or QuotaHold: over a quota, it waits as for room
             attempts = decision.state.attempts
             waiting = decision.state.model_copy(
@@ -188,7 +195,7 @@ class PendingRuns:
         ctx = tick.project.context(tick.state)
         try:
             hold_for_quota(tick.project.directory, tick.state, with_record, tick.now)
-            placed = await restart_run(tick.project, with_record, ctx)
+            placed = await restart_run(tick.project, with_record, ctx, read=tick.read)
         except NoCapacity as e:  # or QuotaHold
             if waits_for_capacity(spec):
                 _log(run, "scheduled_run_queued", f"cron fired, no room: queued ({e.detail})")

@@ -5,6 +5,10 @@ Both go through the run handler apply uses (`RunHandler.start`: placed now, neve
 scheduled again), so a restarted job is placed, wired and recorded exactly as an applied one;
 the entry keeps its address, spec and dependencies, and gets the new jobs (a new generation
 for a whole restart). Callers commit the returned entry.
+
+Both first ask whether the run may still be acted on (`superseded.still_current`, from the
+state as the tick read it): a destroy that committed since, or works now, wins, and nothing
+is started.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from dstack_plan.apply.queueing import QUEUED_KEY, Queued
 from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.plan.model import Action, Placement, ResourceChange
-from dstack_plan.state.model import ResourceState, timestamp
+from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.reachability import lost_jobs, without_lost_jobs
+from dstack_plan.watch.superseded import still_current
 
 if TYPE_CHECKING:
     from dstack_plan.project import Project
@@ -42,12 +47,14 @@ def _change(current: ResourceState, action: Action) -> ResourceChange:
 
 
 async def restart_run(
-    project: Project, current: ResourceState, ctx: ApplyContext
+    project: Project, current: ResourceState, ctx: ApplyContext, *, read: State
 ) -> ResourceState:
     """Stop and remove every job of the run, submit them all again; the updated entry.
 
     Placed now, whatever the run's schedule says; `NoCapacity` when no host has room (the old
-    jobs are gone by then: the caller queues the run, see `queued_entry`)."""
+    jobs are gone by then: the caller queues the run, see `queued_entry`). `Superseded`,
+    touching nothing, when the state moved on since the tick read it (`read`)."""
+    await still_current(project, read, current.address)
     handler = project.handlers()[current.kind]
     # jobs given up on a host that stopped answering cannot be removed there now: watch
     # stops them once it answers (watch/reachability.py); the retry must not wait for it
@@ -87,13 +94,19 @@ def queued_entry(
 
 
 async def restart_jobs(
-    project: Project, current: ResourceState, job_ids: Collection[str], ctx: ApplyContext
+    project: Project,
+    current: ResourceState,
+    job_ids: Collection[str],
+    ctx: ApplyContext,
+    *,
+    read: State,
 ) -> ResourceState:
     """Replace only the jobs `job_ids` of a service (their replicas start again, the others
-    keep serving); the updated entry."""
+    keep serving); the updated entry. `Superseded` as `restart_run`."""
     from dstack_plan.inspect.runs import job_agent
     from dstack_plan.inspect.stop import stop_timeout
 
+    await still_current(project, read, current.address)
     record = RunRecord.of(current)
     state = ctx.current_state()
     lost = lost_jobs(current)  # their host does not answer: see restart_run

@@ -23,6 +23,7 @@ from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.restart import queued_entry, restart_jobs, restart_run
 from dstack_plan.watch.retry import decide_retry
 from dstack_plan.watch.retry_model import JobOutcome, RetryDecision, RetryState
+from dstack_plan.watch.superseded import Superseded, log_superseded
 from dstack_plan.watch.tick import Acted, Tick
 
 if TYPE_CHECKING:
@@ -40,15 +41,18 @@ class RetryPolicy:
     name = "retry"
 
     async def act(self, tick: Tick) -> Acted:
-        changed, resubmitted = await retry_failed(tick.project, tick.state, tick.now)
+        changed, resubmitted = await retry_failed(
+            tick.project, tick.state, tick.now, read=tick.read
+        )
         return Acted(changed=changed, resubmitted=resubmitted)
 
 
 async def retry_failed(
-    project: Project, state: State, now: float
+    project: Project, state: State, now: float, *, read: State
 ) -> tuple[dict[str, ResourceState], int]:
     """The entries of `state` the retry policy changed (by address), and how many runs it
-    submitted again."""
+    submitted again; `read` is the state as the tick read it (a run the state no longer has
+    as it was then is not submitted again: `superseded.py`)."""
     changed: dict[str, ResourceState] = {}
     resubmitted = 0
     ctx = project.context(state)
@@ -66,7 +70,10 @@ async def retry_failed(
             decision = decide_retry(
                 spec, outcomes, retry_state, now, submitted_at=run.created_at.timestamp()
             )
-            updated = await _carry_out(project, run, decision, ctx)
+            updated = await _carry_out(project, run, decision, ctx, read)
+        except Superseded as e:
+            log_superseded(e)
+            continue
         except DstackPlanError as e:
             log.warning("%s: retry failed: %s", address, e)
             continue
@@ -98,7 +105,11 @@ async def _outcomes(project: Project, run: ResourceState, state: State) -> list[
 
 
 async def _carry_out(
-    project: Project, run: ResourceState, decision: RetryDecision, ctx: ApplyContext
+    project: Project,
+    run: ResourceState,
+    decision: RetryDecision,
+    ctx: ApplyContext,
+    read: State,
 ) -> ResourceState | None:
     from dstack_plan.inspect.runs import job_agent
     from dstack_plan.inspect.stop import stop_timeout
@@ -121,7 +132,7 @@ async def _carry_out(
             await agent.stop(job.id, timeout=stop_timeout(run), reason=TERMINATED_BY_SERVER)
     if decision.whole_run:
         try:
-            return await restart_run(project, with_state, ctx)
+            return await restart_run(project, with_state, ctx, read=read)
         except NoCapacity as e:
             # its jobs are gone: it waits for room like a run apply queued (`watch/pending.py`
             # places it, or fails it when its retry does not cover no-capacity)
@@ -134,4 +145,4 @@ async def _carry_out(
             return queued_entry(project, with_state, e.detail)
     slots = set(decision.slots)
     ids = [j.id for j in RunRecord.of(run).jobs if (j.replica, j.node) in slots]
-    return await restart_jobs(project, with_state, ids, ctx)
+    return await restart_jobs(project, with_state, ids, ctx, read=read)

@@ -16,6 +16,7 @@ from dstack_plan.apply.run_records import run_span_id
 from dstack_plan.apply.runs import RunHandler
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.state.model import ResourceState
+from dstack_plan.watch.superseded import Superseded, log_superseded, still_current
 from dstack_plan.watch.tick import Acted, Tick, lock_holder
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,11 @@ class Rollout:
         changed: dict[str, ResourceState] = {}
         for run in runs:
             try:
+                await still_current(tick.project, tick.read, run.address)  # a destroy since wins
                 result = await step(handler, run, ctx)
+            except Superseded as e:
+                log_superseded(e)
+                continue
             except DstackPlanError as e:
                 log.warning("%s: rollout step failed: %s", run.address, e)
                 continue

@@ -46,7 +46,11 @@ def _broken_settings(tmp_path: Path, hosts: SSHTestHosts) -> list[tuple[str, dic
 
 @pytest.mark.parametrize("then", ["fix", "destroy"])
 def test_a_failed_create_is_fixed_by_the_yaml_or_destroyed(
-    dstack: Dstack, tmp_path: Path, ssh_hosts: SSHTestHosts, remote: Path, then: str
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+    then: str,
 ) -> None:
     project = tmp_path / "project"
     names = ("h1", "h2")
@@ -69,7 +73,10 @@ def test_a_failed_create_is_fixed_by_the_yaml_or_destroyed(
 
 
 def test_a_missing_key_is_a_plan_error_and_destroy_needs_no_host(
-    dstack: Dstack, tmp_path: Path, ssh_hosts: SSHTestHosts, remote: Path
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
 ) -> None:
     project = tmp_path / "project"
     _fleet(project, ssh_hosts, ("h1",), identity_file=str(tmp_path / "no-such-key"))
@@ -82,7 +89,10 @@ def test_a_missing_key_is_a_plan_error_and_destroy_needs_no_host(
 
 
 def test_destroy_reports_a_host_it_cannot_reach_and_force_forgets_it(
-    dstack: Dstack, tmp_path: Path, ssh_hosts: SSHTestHosts, remote: Path
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
 ) -> None:
     project = tmp_path / "project"
     h2 = ssh_hosts["h2"].address

@@ -73,8 +73,13 @@ class SSHProvider(Provider):
         concurrency: int = 16,
         connect_timeout: float = 10.0,
         clock: Clock | None = None,
+        start_agents: bool = True,
     ):
         self.fleets = {name: list(targets) for name, targets in (fleets or {}).items()}
+        self.start_agents = start_agents
+        """Whether reaching a host's agent may install or start it (apply). False: only an
+        agent that runs is talked to; a host without one fails the request (watch, which
+        must never bring back an agent that destroy stopped)."""
         self.agent_dir = agent_dir
         """Where the agent goes on each host: relative to the login user's home unless
         absolute."""
@@ -192,12 +197,19 @@ class SSHProvider(Provider):
     # -- helpers -----------------------------------------------------------------------------
 
     async def connect_agent(self, instance: Instance, target: SSHTarget) -> AgentClient:
-        """Install/start the agent on the host if needed and return a plain client through the
-        tunnel (what `SSHAgentClient` delegates to)."""
+        """Install/start the agent on the host if needed (only find it running, unless
+        `start_agents`) and return a plain client through the tunnel (what `SSHAgentClient`
+        delegates to)."""
         conn = await self.pool.connect(target)
-        remote = await install_agent(
-            conn, target.name, await self.bundle(), agent_dir=self.agent_dir
-        )
+        if self.start_agents:
+            remote = await install_agent(
+                conn, target.name, await self.bundle(), agent_dir=self.agent_dir
+            )
+        else:
+            found = await find_agent(conn, target.name, agent_dir=self.agent_dir)
+            if found is None:
+                raise AgentError(target.name, "no agent runs there (apply starts it)")
+            remote = found
         self.installed[instance.id] = remote
 
         async def connection() -> Connection:

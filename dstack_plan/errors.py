@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class DstackPlanError(Exception):
@@ -66,9 +66,21 @@ class ProviderError(DstackPlanError):
 class AgentError(DstackPlanError):
     """The host agent answered with an error or could not be reached."""
 
-    def __init__(self, host: str, message: str, status: int | None = None):
+    def __init__(
+        self,
+        host: str,
+        message: str,
+        status: int | None = None,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
+    ):
         self.host = host
         self.status = status
+        self.code = code
+        """The agent's error code (`claimed`, `not_found`, ...), when it answered one."""
+        self.details = details
+        """What else the agent said about the error (a claimed host's owner)."""
+        self.detail = message
         super().__init__(f"{host}: {message}")
 
 

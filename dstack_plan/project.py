@@ -19,6 +19,7 @@ from dstack_plan.apply.fleet_load import fleet_load
 from dstack_plan.apply.fleets import FleetHandler
 from dstack_plan.apply.gateways import GatewayHandler
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
+from dstack_plan.apply.host_claims import Claimant
 from dstack_plan.apply.machines import FleetMachines
 from dstack_plan.apply.placing import FleetPlacements, HostRun, place_on_fleet
 from dstack_plan.apply.quota_gate import check_plan
@@ -133,7 +134,12 @@ class Project:
         """`--label KEY=VALUE`: added to every run's `labels:` when the configuration loads
         (`config/labels.py`), so the plan, a saved plan and state hold them."""
         self.force = False
-        """`apply --force`: drain SSH hosts that leave their fleet instead of refusing."""
+        """`apply --force`: drain SSH hosts that leave their fleet instead of refusing;
+        `destroy --force`: forget hosts that cannot be cleaned, and stop other projects'
+        jobs on hosts this project releases."""
+        self.take_over = False
+        """`apply --take-over`: move the claim of hosts another project's fleet owns to this
+        project's fleet (refused while the owner's jobs run there)."""
         self._clouds: ConfiguredClouds | None = None
         self._desired: Desired | None = None
         self._ssh_class: Callable[..., Provider] | None = None
@@ -237,8 +243,19 @@ class Project:
             "gateway": GatewayHandler(self.machines),
         }
 
+    @property
+    def name(self) -> str:
+        """The project's name, as other projects are told it: its directory's."""
+        return self.directory.resolve().name or "project"
+
+    def claimant(self) -> Claimant:
+        """This project as the claimant of the hosts its fleets enroll (`host_claims`)."""
+        return Claimant(self.name, self.backend.locator, self.take_over)
+
     def _fleet_handler(self) -> FleetKinds:
-        ssh = FleetHandler(self.ssh_provider, self.machines.kept_provider, self._probe_on_apply)
+        ssh = FleetHandler(
+            self.ssh_provider, self.machines.kept_provider, self._probe_on_apply, self.claimant()
+        )
 
         def cloud() -> CloudFleetHandler:
             from dstack_plan.apply.cloud_fleets import BOOT_TIMEOUT, CloudFleetHandler
@@ -409,7 +426,40 @@ class Project:
             )
             if not options.destroy:  # what it starts must fit the quotas (PlanError if not)
                 check_plan(plan, refresh.state, self.directory, self.clock.now())
+                await self._refuse_claimed_hosts(plan, refresh)
         return plan, refresh
+
+    async def _refuse_claimed_hosts(self, plan: Plan, refresh: Refresh) -> None:
+        """PlanError naming each host another project's fleet owns among those the plan adds
+        to SSH fleets (asked over SSH, nothing started; `apply/host_claims.py`)."""
+        from dstack_plan.apply.fleets import fleet_ssh_config
+        from dstack_plan.apply.host_claims import claimed_hosts
+
+        lineage = refresh.state.lineage if refresh.snapshot.exists else None
+        refused: list[str] = []
+        for change in plan.changes:
+            if change.kind != "fleet" or change.after is None or change.action is Action.NOOP:
+                continue
+            if not isinstance(change.after.get("ssh_config"), dict):
+                continue
+            name, config = fleet_ssh_config(change.after, change.address)
+            known = set()
+            if change.before is not None and not change.action.is_replace:
+                _, old = fleet_ssh_config(change.before, change.address)
+                known = {old.endpoint(h) for h in old.hosts}
+            new = tuple(h for h in config.hosts if config.endpoint(h) not in known)
+            if not new:
+                continue
+            provider = self.ssh_provider(
+                name, config.model_copy(update={"hosts": new}), MemoryHostKeyStore()
+            )
+            provider.start_agents = False
+            try:
+                refused += await claimed_hosts(provider, name, lineage, self.claimant())
+            finally:
+                await provider.close()
+        if refused:
+            raise PlanError("\n".join(refused))
 
     def _submission_options(self, state: State, options: PlanOptions) -> PlanOptions:
         """Plan the submission against its context from `state` (`plan/submissions.py`)."""

@@ -396,3 +396,44 @@ class ProbeMeasure(BaseModel):
     """The receiver's: `listening`, `receiving`, `done` or `failed`."""
     error: str | None = None
     peer: str | None = None
+
+
+class HostClaim(BaseModel):
+    """Who owns a host: the fleet that enrolled it, of which project and state
+    (`agent/claims.py` keeps it on the host)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    lineage: str
+    deployment: str
+    """The deployment key of the owner's state: its jobs carry it (`apply/jobs.py`)."""
+    project: str
+    state: str
+    """Where the owner's state lives: a path or an `s3://` URL."""
+    fleet: str
+    """The owning fleet's address."""
+    claimed_at: float | None = None
+
+    def describe(self) -> str:
+        """`fleet.onprem of project platform (state s3://bucket/platform.json)`."""
+        return f"{self.fleet} of project {self.project} (state {self.state})"
+
+
+class ClaimAnswer(BaseModel):
+    """The agent's answer to a claim: the claim recorded, and the one it replaced (a take-over
+    of another project's)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    claim: HostClaim
+    replaced: HostClaim | None = None
+
+
+class ClaimRelease(BaseModel):
+    """The agent's answer to a release: the claims left and the jobs not finished (of any
+    project), which decide whether the agent may stop."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    claims: list[HostClaim] = Field(default_factory=list)
+    unfinished_jobs: list[JobInfo] = Field(default_factory=list)

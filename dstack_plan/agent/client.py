@@ -20,8 +20,11 @@ from urllib.parse import quote, urlencode, urlsplit
 from pydantic import SecretStr
 
 from dstack_plan.agent.api_models import (
+    ClaimAnswer,
+    ClaimRelease,
     ConnectionInfo,
     Health,
+    HostClaim,
     HostFacts,
     JobInfo,
     JobSpec,
@@ -74,6 +77,21 @@ def _message(response: Response) -> str:
         pass
     text = response.text.strip()[:500]
     return text or response.reason_phrase or f"HTTP {response.status_code}"
+
+
+def _error_fields(response: Response) -> tuple[str | None, dict[str, Any] | None]:
+    """The `code` and `details` of an agent's error answer (None where it has none)."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None, None
+    if not isinstance(error, dict):
+        return None, None
+    code, details = error.get("code"), error.get("details")
+    return (
+        code if isinstance(code, str) else None,
+        details if isinstance(details, dict) else None,
+    )
 
 
 def _target(path: str, params: dict[str, Any] | None) -> str:
@@ -182,7 +200,10 @@ class AgentClient:
                 await self._backoff(attempt)
                 continue
             if response.status_code >= 400:
-                raise AgentError(self.host, _message(response), response.status_code)
+                code, details = _error_fields(response)
+                raise AgentError(
+                    self.host, _message(response), response.status_code, code, details
+                )
             return response
         raise AssertionError("unreachable")
 
@@ -205,6 +226,27 @@ class AgentClient:
             return Health.model_validate(response.json()).status == "ok"
         except (AgentError, ValueError):
             return False
+
+    async def claims(self) -> list[HostClaim]:
+        """The claims on the host (its owning fleet's; none for a host nobody claims)."""
+        raw = (await self._request("GET", "/claims")).json().get("claims") or []
+        return [HostClaim.model_validate(c) for c in raw]
+
+    async def claim(self, claim: HostClaim, take_over: bool = False) -> ClaimAnswer:
+        """Record `claim` as the host's owner. AgentError with status 409 when another
+        project owns it (`code` `claimed`, or `owner_busy` for a take-over while the owner's
+        jobs run; `details`: `owner`, `jobs`)."""
+        body = {**claim.model_dump(exclude={"claimed_at"}), "take_over": take_over}
+        return ClaimAnswer.model_validate(
+            (await self._request("PUT", "/claims", body=body)).json()
+        )
+
+    async def release_claim(self, lineage: str, fleet: str) -> ClaimRelease:
+        """Forget the claim of `lineage`'s `fleet` (idempotent); the claims and unfinished
+        jobs left on the host."""
+        body = {"lineage": lineage, "fleet": fleet}
+        response = await self._request("POST", "/claims/release", body=body)
+        return ClaimRelease.model_validate(response.json())
 
     async def host_facts(self) -> HostFacts:
         """OS, CPUs, memory, disk, addresses, docker engine and GPUs of the host."""

@@ -30,10 +30,13 @@ from typing import TYPE_CHECKING, Any
 from dstack_plan.apply.fleet_probe import Prober, entry_for, probed
 from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
+from dstack_plan.apply.host_claims import Claimant, HostEnrollment, stale_reason
+from dstack_plan.apply.jobs import deployment_key
 from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.providers.ssh.claims import Release
 from dstack_plan.providers.ssh.pins import HostKeyStore, MemoryHostKeyStore
 from dstack_plan.state.model import ResourceState, State, timestamp
 
@@ -58,8 +61,11 @@ class FleetHandler(ResourceHandler):
         ssh_provider: SSHProviderFactory,
         kept: Callable[[ResourceState], SSHProvider],
         prober: Prober | None = None,
+        claimant: Claimant | None = None,
     ):
         self._make = ssh_provider
+        self._claimant = claimant
+        """Who claims the hosts this handler enrolls (`host_claims`); None: no claims."""
         """A new provider of some hosts (create, update, delete: closed when done)."""
         self._kept = kept
         """The project's kept provider of a fleet in state (`FleetMachines.kept_provider`):
@@ -94,7 +100,7 @@ class FleetHandler(ResourceHandler):
             pins = MemoryHostKeyStore(old.pins())
             await self.drain(name, gone, pins, change.address, ctx)
             ctx.progress(change.address, f"stopping the agent on {len(removed)} removed host(s)")
-            await self._terminate(name, gone, pins)
+            await self._terminate(name, gone, pins, change.address, ctx)
         kept = {n: h for n, h in old.by_name().items() if n in wanted}
         record = await self.provision(
             name, config, FleetRecord(hosts=tuple(kept.values())), change.address, ctx
@@ -134,7 +140,7 @@ class FleetHandler(ResourceHandler):
         successor = ctx.successor if current.tainted else None
         for part in _reached_as_configured(config, successor):
             try:
-                await self._terminate(name, part, pins)
+                await self._terminate(name, part, pins, current.address, ctx)
             except ProviderError as e:
                 if not ctx.force:
                     raise ProviderError(
@@ -165,6 +171,7 @@ class FleetHandler(ResourceHandler):
         pins = MemoryHostKeyStore(kept.pins())
         todo = config.model_copy(update={"hosts": new})
         provider = self._make(name, todo, pins)
+        provider.enrollment = self._enrollment(address, ctx)
         try:
             ctx.progress(address, f"installing the agent on {len(new)} host(s)")
             created = await provider.create_instances(name, _offer(), len(new))
@@ -238,12 +245,35 @@ class FleetHandler(ResourceHandler):
         finally:
             await provider.close()
 
-    async def _terminate(self, name: str, config: SSHConfig, pins: MemoryHostKeyStore) -> None:
+    def _enrollment(self, address: str, ctx: ApplyContext) -> HostEnrollment | None:
+        """What provisioning `address`'s hosts checks and records about their owner."""
+        if self._claimant is None:
+            return None
+        lineage = ctx.current_state().lineage
+        claim = self._claimant.claim(lineage, deployment_key(lineage), address)
+        return HostEnrollment(
+            self._claimant, claim, stale_reason, lambda message: ctx.progress(address, message)
+        )
+
+    async def _terminate(
+        self,
+        name: str,
+        config: SSHConfig,
+        pins: MemoryHostKeyStore,
+        address: str,
+        ctx: ApplyContext,
+    ) -> None:
+        """Release the fleet's claim on the hosts of `config` and stop each agent nothing
+        else needs; say where an agent keeps running, and why."""
         provider = self._make(name, config, pins)
+        if self._claimant is not None:
+            provider.release = Release(ctx.current_state().lineage, address, ctx.force)
         try:
             await provider.terminate(provider.host_instances(name))
         finally:
             await provider.close()
+        for host, why in provider.left_running.items():
+            ctx.progress(address, f"{host}: its agent keeps running: {why}")
 
 
 def _record_reached(ctx: ApplyContext) -> Callable[[str, FleetRecord], Awaitable[None]]:

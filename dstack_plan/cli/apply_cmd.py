@@ -49,6 +49,12 @@ def apply(
         "--force",
         help="Remove SSH hosts from fleets even when jobs run on them (they are stopped first).",
     ),
+    take_over: bool = typer.Option(
+        False,
+        "--take-over",
+        help="Move the claim of SSH hosts another project's fleet owns to this project's "
+        "fleet (refused while the owner's jobs run there).",
+    ),
 ) -> None:
     """Create, update or replace what the configuration declares.
 
@@ -62,8 +68,11 @@ def apply(
     saved = target_path.is_file()
     directory = Path(".") if saved else target_path
     run_args = shlex.join(ctx.meta.get(RUN_ARGS, []))
-    project = common.make_project(directory, files, state, run_args=run_args)
+    project = common.make_project(
+        directory, files, state, run_args=run_args, progress=print_progress
+    )
     project.force = force
+    project.take_over = take_over
     if saved and label:
         from dstack_plan.errors import PlanError
 
@@ -111,7 +120,7 @@ def destroy(
     ),
 ) -> None:
     """Destroy everything in state (works after the configuration is gone)."""
-    project = common.make_project(directory, files, state)
+    project = common.make_project(directory, files, state, progress=print_progress)
     project.force = force
     run_destroy(
         project,
@@ -276,6 +285,11 @@ async def _confirm(destroy: bool) -> bool:
     except EOFError:
         return False
     return answer.strip() == "yes"
+
+
+def print_progress(address: str, message: str) -> None:
+    """What a resource's handler says as it goes (a host taken over, an agent kept)."""
+    _print_event(address, "progress", message)
 
 
 def _print_event(address: str, phase: str, message: str) -> None:

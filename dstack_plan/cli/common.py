@@ -39,14 +39,27 @@ LockTimeoutOpt = typer.Option(0.0, "--lock-timeout", help="Seconds to wait for t
 
 
 def make_project(
-    directory: Path, files: list[str], state: str | None, *, run_args: str = ""
+    directory: Path,
+    files: list[str],
+    state: str | None,
+    *,
+    run_args: str = "",
+    progress: Callable[[str, str], None] | None = None,
 ) -> Project:
-    """The project in `directory`, which must exist: a typo never becomes a new project."""
+    """The project in `directory`, which must exist: a typo never becomes a new project.
+    `progress(address, message)` hears what long operations say as they go."""
     from dstack_plan.project import Project
 
     require_directory(directory)
     stdin = sys.stdin.read() if "-" in files else None
-    return Project(directory, tuple(files), state_path=state, stdin=stdin, run_args=run_args)
+    return Project(
+        directory,
+        tuple(files),
+        state_path=state,
+        stdin=stdin,
+        run_args=run_args,
+        progress=progress,
+    )
 
 
 def require_directory(directory: Path) -> None:

@@ -7,7 +7,13 @@ from pathlib import Path
 import typer
 
 from dstack_plan.cli import common
-from dstack_plan.cli.apply_cmd import ApproveOpt, InputOpt, ParallelismOpt, run_destroy
+from dstack_plan.cli.apply_cmd import (
+    ApproveOpt,
+    InputOpt,
+    ParallelismOpt,
+    print_progress,
+    run_destroy,
+)
 
 
 def delete(
@@ -34,7 +40,7 @@ def delete(
     from dstack_plan.errors import DstackPlanError
     from dstack_plan.inspect.resources import find_entry
 
-    project = common.make_project(directory, [], state)
+    project = common.make_project(directory, [], state, progress=print_progress)
     held = project.backend.read().state
     addresses = [find_entry(held, name).address for name in names or ()]
     if files:

@@ -109,6 +109,12 @@ class StateBackend(ABC):
     def location(self) -> str:
         """Where the state lives, for messages: a path or an `s3://bucket/key` URL."""
 
+    @property
+    def locator(self) -> str:
+        """What `state.select.open_backend` opens this same state from, wherever it runs:
+        another project is told it (a host's claim names its owner's state)."""
+        return self.location
+
     @abstractmethod
     def read(self) -> StateSnapshot:
         """The current state and its version; an empty state with version ABSENT if none.

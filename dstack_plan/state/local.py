@@ -170,6 +170,10 @@ class LocalBackend(StateBackend):
     def location(self) -> str:
         return str(self.path)
 
+    @property
+    def locator(self) -> str:
+        return str(self.path.resolve())
+
     # --- state ---------------------------------------------------------------------------
 
     def _load(self) -> State | None:

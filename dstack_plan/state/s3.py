@@ -89,6 +89,10 @@ class S3Backend(StateBackend):
     def location(self) -> str:
         return self.where.object_url
 
+    @property
+    def locator(self) -> str:
+        return self.where.url()
+
     def versioning_enabled(self) -> bool:
         """True when the bucket keeps old versions; asked once per backend, then cached."""
         with self._versioning_lock:

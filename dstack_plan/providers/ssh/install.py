@@ -47,6 +47,7 @@ from pathlib import Path
 import asyncssh
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from dstack_plan.agent.api_models import HostClaim
 from dstack_plan.agent.client import AgentClient, health_wait
 from dstack_plan.agent.datadir import DataDir
 from dstack_plan.agent.protocol import HUNG_STOP_TIMEOUT, TOKEN_FILE
@@ -64,7 +65,9 @@ __all__ = [
     "build_bundle",
     "cached_bundle",
     "find_agent",
+    "forget_claim",
     "install_agent",
+    "read_claims",
     "stop_agent",
 ]
 
@@ -110,6 +113,8 @@ class _Location:
     unit_file: UnitFile | None = None
     now: float | None = None
     """The host's time when it was located (None: it did not say)."""
+    claims: tuple[HostClaim, ...] = ()
+    """Who owns the host, as its data dir records it (`agent/claims.py`)."""
 
     @property
     def bundle(self) -> str:
@@ -195,6 +200,46 @@ async def _locate(conn: asyncssh.SSHClientConnection, host: str, agent_dir: str)
         locate.running(f"{directory}/{BUNDLE_NAME}", f"{directory}/data", said),
         locate.unit_file(said),
         float(said["now"]) if said.get("now", "").isdigit() else None,
+        tuple(_claims(said)),
+    )
+
+
+def _claims(said: dict[str, str]) -> list[HostClaim]:
+    found = []
+    for raw in locate.claims(said):
+        try:
+            found.append(HostClaim.model_validate(raw))
+        except ValueError:
+            continue  # hand-edited or from another version: claims nothing
+    return found
+
+
+async def read_claims(
+    conn: asyncssh.SSHClientConnection, host: str, *, agent_dir: str = DEFAULT_AGENT_DIR
+) -> list[HostClaim]:
+    """Who owns the host, read from the agent's data dir in the one command that looks for
+    the agent: nothing is installed or started, and no agent need run."""
+    return list((await _locate(conn, host, agent_dir)).claims)
+
+
+async def forget_claim(
+    conn: asyncssh.SSHClientConnection,
+    host: str,
+    lineage: str,
+    *,
+    agent_dir: str = DEFAULT_AGENT_DIR,
+) -> None:
+    """Remove `lineage`'s claim from the host's data dir while no agent runs there to ask
+    (the claim is the host's only one: the file goes). Another project's claim stays."""
+    where = await _locate(conn, host, agent_dir)
+    if not any(c.lineage == lineage for c in where.claims):
+        return
+    path = shlex.quote(f"{where.data}/{locate.CLAIMS_NAME}")
+    await run_command(
+        conn,
+        host,
+        f"grep -qF {shlex.quote(lineage)} {path} && rm -f {path}; true",
+        "releasing the claim",
     )
 
 

@@ -96,13 +96,28 @@ _UNIT_CHECK = (
 )
 
 
+CLAIMS_NAME = "claims.json"
+"""In the agent's data dir: the host's owning fleet (`agent/claims.py`), one line of JSON."""
+_CLAIMS_CHECK = f'echo "claims=$(cat "$d/data/{CLAIMS_NAME}" 2>/dev/null)"'
+
+
 def script(agent_dir: str) -> str:
-    """The command: `key=value` lines (`dir`, `now`, `sha`, `pid`, `cmdline`, `connection`,
-    `token`, `SystemdFacts`' keys, `unit_*`)."""
+    """The command: `key=value` lines (`dir`, `now`, `sha`, `claims`, `pid`, `cmdline`,
+    `connection`, `token`, `SystemdFacts`' keys, `unit_*`)."""
     return (
         f'n=$(uname -n); d={base(agent_dir)}/hosts/"$n"; echo "dir=$d"; echo "now=$(date +%s)"; '
-        f"{_SHA_CHECK}; {_RUNNING_CHECK}; {DETECT}; {_UNIT_CHECK}"
+        f"{_SHA_CHECK}; {_CLAIMS_CHECK}; {_RUNNING_CHECK}; {DETECT}; {_UNIT_CHECK}"
     )
+
+
+def claims(said: Mapping[str, str]) -> list[dict[str, object]]:
+    """The claims the host's data dir records, as the command printed them (none when the
+    file is missing or unreadable: the agent heals it on the next claim)."""
+    try:
+        data = json.loads(said.get("claims") or "[]")
+    except ValueError:
+        return []
+    return [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
 
 
 def parse_facts(output: str) -> dict[str, str]:

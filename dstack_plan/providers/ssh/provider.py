@@ -20,12 +20,14 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dstack_plan.agent.api_models import HostClaim
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.deferred_client import DeferredAgentClient
 from dstack_plan.agent.http import Response
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError, SSHError
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.local import resources_from_facts
+from dstack_plan.providers.ssh.claims import Enrollment, Release
 from dstack_plan.providers.ssh.connect import Connection, SSHPool
 from dstack_plan.providers.ssh.forward import Forward, open_forward
 from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, HostKeyStore, MemoryHostKeyStore
@@ -35,7 +37,9 @@ from dstack_plan.providers.ssh.install import (
     RemoteAgent,
     cached_bundle,
     find_agent,
+    forget_claim,
     install_agent,
+    read_claims,
     stop_agent,
 )
 from dstack_plan.providers.ssh.models import SSHTarget
@@ -51,6 +55,8 @@ log = logging.getLogger(__name__)
 SSH_PROVIDER = "ssh"
 T = TypeVar("T")
 
+FORCED_STOP_MARGIN = 15.0
+"""Seconds past a job's own stop window that a forced teardown waits for it to end."""
 REFRESH_HOST_TIMEOUT = 60.0
 """Seconds a refresh waits for one host (it may have to start or install the agent again):
 a host that takes longer is reported with the others, not waited for."""
@@ -76,6 +82,14 @@ class SSHProvider(Provider):
         start_agents: bool = True,
     ):
         self.fleets = {name: list(targets) for name, targets in (fleets or {}).items()}
+        self.enrollment: Enrollment | None = None
+        """Who owns each host it provisions: checked before the agent is touched, recorded
+        after (None: nothing is checked or recorded)."""
+        self.release: Release | None = None
+        """The claim `terminate` releases on each host before deciding to stop its agent
+        (None: the agent is stopped, whoever else uses it)."""
+        self.left_running: dict[str, str] = {}
+        """Host -> why `terminate` kept its agent running (another project's claim or jobs)."""
         self.start_agents = start_agents
         """Whether reaching a host's agent may install or start it (apply). False: only an
         agent that runs is talked to; a host without one fails the request (watch, which
@@ -130,7 +144,12 @@ class SSHProvider(Provider):
     async def terminate(self, instances: Sequence[Instance]) -> None:
         """Stop the agent on each host (its files and any job containers stay). Idempotent;
         raises one ProviderError naming every host that could not be reached, after trying all
-        of them."""
+        of them.
+
+        With `release` set, the fleet's claim on each host is released first, and the agent
+        is stopped only when no claim and no unfinished job of any project remains there
+        (`left_running` says why for each host where it was kept); with `release.force`,
+        unfinished jobs are stopped first (another project's claim still keeps the agent)."""
 
         async def stop(instance: Instance) -> str | None:
             target = self._target(instance)
@@ -141,6 +160,11 @@ class SSHProvider(Provider):
                 await client.aclose()
             try:
                 conn = await self.pool.connect(target)
+                if self.release is not None:
+                    kept = await self._release(conn, target, self.release)
+                    if kept is not None:
+                        self.left_running[target.name] = kept
+                        return None
                 await stop_agent(conn, target.name, agent_dir=self.agent_dir)
             except DstackPlanError as e:
                 return str(e)
@@ -196,6 +220,50 @@ class SSHProvider(Provider):
 
     # -- helpers -----------------------------------------------------------------------------
 
+    async def _release(self, conn: Connection, target: SSHTarget, release: Release) -> str | None:
+        """Release the claim on the host; why its agent must keep running, or None when it
+        may stop (nothing of anyone else is left there)."""
+        running = await find_agent(conn, target.name, agent_dir=self.agent_dir)
+        if running is None:  # no agent to ask: nothing runs under it; drop the claim file
+            await forget_claim(conn, target.name, release.lineage, agent_dir=self.agent_dir)
+            return None
+        agent = self._client_of(target, running)
+        try:
+            left = await agent.release_claim(release.lineage, release.fleet)
+            owners = [c for c in left.claims if c.lineage != release.lineage]
+            if owners:
+                return f"it belongs to {owners[0].describe()}"
+            jobs = left.unfinished_jobs
+            if jobs and not release.force:
+                runs = ", ".join(sorted({j.run_name for j in jobs}))
+                return (
+                    f"jobs run there that this project does not own ({runs}; --force stops them)"
+                )
+            for job in jobs:  # --force: each within its own graceful-stop window
+                await agent.stop(job.id)
+            for job in jobs:
+                window = job.spec.get("stop_timeout") if isinstance(job.spec, dict) else None
+                grace = float(window) if isinstance(window, int | float) else 0.0
+                await agent.wait(job.id, timeout=grace + FORCED_STOP_MARGIN)
+        finally:
+            await agent.aclose()
+        return None
+
+    def _client_of(self, target: SSHTarget, remote: RemoteAgent) -> AgentClient:
+        """A plain client of the agent `remote` describes, through the host's tunnel."""
+
+        async def connection() -> Connection:
+            return await self.pool.connect(target)
+
+        return AgentClient(
+            f"http://{AGENT_ADDRESS}:{remote.port}",
+            remote.token,
+            host=target.name,
+            connect=tunnel(connection, remote.port),
+            # a refused channel is quick to tell; SSHAgentClient then finds the agent again
+            retries=1,
+        )
+
     async def connect_agent(self, instance: Instance, target: SSHTarget) -> AgentClient:
         """Install/start the agent on the host if needed (only find it running, unless
         `start_agents`) and return a plain client through the tunnel (what `SSHAgentClient`
@@ -211,18 +279,7 @@ class SSHProvider(Provider):
                 raise AgentError(target.name, "no agent runs there (apply starts it)")
             remote = found
         self.installed[instance.id] = remote
-
-        async def connection() -> Connection:
-            return await self.pool.connect(target)
-
-        return AgentClient(
-            f"http://{AGENT_ADDRESS}:{remote.port}",
-            remote.token,
-            host=target.name,
-            connect=tunnel(connection, remote.port),
-            # a refused channel is quick to tell; SSHAgentClient then finds the agent again
-            retries=1,
-        )
+        return self._client_of(target, remote)
 
     async def bundle(self) -> AgentBundle:
         """The agent bundle to install: the one given, else the build of the current sources
@@ -238,7 +295,23 @@ class SSHProvider(Provider):
             conn, target.name, need_containers=self.need_containers, agent_dir=self.agent_dir
         )
         report.raise_for_failures()
-        return await self._facts(instance, target)
+        enrollment = self.enrollment
+        if enrollment is not None:  # refused before the agent there is touched at all
+            claims = await read_claims(conn, target.name, agent_dir=self.agent_dir)
+            await enrollment.before_install(target.name, claims)
+        done = await self._facts(instance, target)
+        if enrollment is not None:
+            await enrollment.after_install(target.name, await self.agent(instance))
+        return done
+
+    async def host_claims(self, instance: Instance) -> list[HostClaim]:
+        """Who owns `instance`'s host, read from the agent's data dir over SSH: nothing is
+        installed or started (plan asks this). SSHError when the host cannot be reached."""
+        target = self._target(instance)
+        if target is None:
+            raise ProviderError(self.name, "not a host of an SSH fleet here", instance.name)
+        conn = await self.pool.connect(target)
+        return await read_claims(conn, target.name, agent_dir=self.agent_dir)
 
     async def _observe(self, instance: Instance, target: SSHTarget) -> Instance | None:
         if instance.status not in ("terminating", "terminated"):

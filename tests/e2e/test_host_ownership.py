@@ -1,0 +1,114 @@
+"""Two projects on one cluster: a host belongs to one project's fleet, recorded by its agent.
+
+Project A runs a long two-node task on hosts h1-h2; project B declares a fleet with h2 and
+another with h3. B's plan and apply are refused naming A's fleet, project and state; with
+`--take-over` too, while A's jobs run there; B's destroy of its own fleet leaves A's jobs and
+agents running; a stale claim (A's state gone) is taken over with a notice; and A's destroy
+stops the agents no one else needs. Real sshd hosts in network namespaces, both projects'
+agents under one agent dir (one agent per host, as on a real cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Dstack
+from tests.e2e.test_local_flow import state
+from tests.e2e.test_ssh_fleet import agents_running, remote  # noqa: F401 - fixture
+from tests.e2e.test_ssh_runs import task
+from tests.infra.ssh_hosts import SSHTestHosts
+
+pytestmark = [pytest.mark.ssh, pytest.mark.timeout(600)]
+
+
+def fleet(hosts: SSHTestHosts, name: str, *names: str) -> str:
+    listed = "".join(f"    - {hosts[n].address}\n" for n in names)
+    return (
+        f"type: fleet\nname: {name}\nssh_config:\n  user: root\n"
+        f"  identity_file: {hosts.client_key}\n  hosts:\n{listed}"
+    )
+
+
+def _ok(done) -> None:  # noqa: ANN001 - CompletedProcess
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _running(dstack: Dstack, project: Path, address: str) -> bool:
+    rows = json.loads(dstack("ps", "--json", cwd=project).stdout)
+    row = next((r for r in rows if r["address"] == address), None)
+    return row is not None and row["status"] == "running"
+
+
+def test_a_host_belongs_to_one_project(
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+) -> None:
+    a, b = tmp_path / "platform", tmp_path / "ml"
+    a.mkdir()
+    b.mkdir()
+    h2 = ssh_hosts["h2"].address
+    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1", "h2"))
+    (a / "train.dstack.yml").write_text(task("train", 2, ["sleep 600"]))
+    _ok(dstack("apply", "-y", cwd=a))
+    assert _running(dstack, a, "task.train")
+
+    (b / "mine.dstack.yml").write_text(fleet(ssh_hosts, "mine", "h3"))
+    _ok(dstack("apply", "-y", cwd=b))
+    (b / "theirs.dstack.yml").write_text(fleet(ssh_hosts, "theirs", "h2"))
+    owner = f"{h2} belongs to fleet.onprem of project platform (state {a / '.dstack/state.json'})"
+    planned = dstack("plan", cwd=b)
+    assert planned.returncode == 1 and owner in planned.stderr, planned.stdout + planned.stderr
+    assert "--take-over" in planned.stderr
+    refused = dstack("apply", "-y", "--take-over", cwd=b)
+    assert refused.returncode == 1
+    assert "whose jobs run there (train)" in refused.stdout + refused.stderr
+    assert _running(dstack, a, "task.train")
+
+    # B tears its own fleet down: A's jobs and agents are untouched
+    (b / "theirs.dstack.yml").unlink()
+    _ok(dstack("destroy", "-y", cwd=b))
+    assert agents_running(remote) == {"h1", "h2"}
+    assert _running(dstack, a, "task.train")
+
+    # A's state is gone (its directory deleted) while its agents keep their claims: the claim
+    # is stale once nothing of A runs there, and B takes it over, saying so
+    _ok(dstack("stop", "train", "-y", cwd=a))
+    shutil.rmtree(a / ".dstack")
+    (b / "theirs.dstack.yml").write_text(fleet(ssh_hosts, "theirs", "h2"))
+    taken = dstack("apply", "-y", cwd=b)
+    _ok(taken)
+    assert "took over a stale claim of fleet.onprem of project platform" in taken.stdout
+    assert "its state no longer exists" in taken.stdout
+    _ok(dstack("destroy", "-y", cwd=b))
+    assert "h2" not in agents_running(remote)
+
+
+def test_a_second_project_s_destroy_never_stops_the_owner_s_agent(
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+) -> None:
+    """The defect as reported: B's fleet listing A's host passed, and B's destroy stopped
+    the agent under A's running service."""
+    a, b = tmp_path / "platform", tmp_path / "ml"
+    a.mkdir()
+    b.mkdir()
+    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1"))
+    (a / "train.dstack.yml").write_text(task("train", 1, ["sleep 600"]))
+    _ok(dstack("apply", "-y", cwd=a))
+    (b / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "shared", "h1"))
+    assert dstack("apply", "-y", cwd=b).returncode == 1
+    # whatever B's state says after the refused create, destroying it spares A
+    _ok(dstack("destroy", "-y", cwd=b))
+    assert agents_running(remote) == {"h1"}
+    assert _running(dstack, a, "task.train")
+    assert "fleet.shared" not in state(b).get("resources", {})
+    _ok(dstack("destroy", "-y", cwd=a))
+    assert agents_running(remote) == set()

@@ -112,3 +112,23 @@ def test_a_second_project_s_destroy_never_stops_the_owner_s_agent(
     assert "fleet.shared" not in state(b).get("resources", {})
     _ok(dstack("destroy", "-y", cwd=a))
     assert agents_running(remote) == set()
+
+
+def test_a_renamed_fleet_keeps_its_hosts_agent(
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+) -> None:
+    """Renaming a fleet creates the new one and deletes the old one in either order: the old
+    one's release never stops the agent the new one has claimed."""
+    project = tmp_path / "project"
+    (project / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "old", "h1"))
+    _ok(dstack("apply", "-y"))
+    (project / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "new", "h1"))
+    _ok(dstack("apply", "-y"))
+    assert agents_running(remote) == {"h1"}
+    [claims] = remote.glob("hosts/h1/data/claims.json")
+    assert [c["fleet"] for c in json.loads(claims.read_text())] == ["fleet.new"]
+    _ok(dstack("destroy", "-y"))
+    assert agents_running(remote) == set()

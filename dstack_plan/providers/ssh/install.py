@@ -226,13 +226,14 @@ async def forget_claim(
     conn: asyncssh.SSHClientConnection,
     host: str,
     lineage: str,
+    fleet: str,
     *,
     agent_dir: str = DEFAULT_AGENT_DIR,
 ) -> None:
-    """Remove `lineage`'s claim from the host's data dir while no agent runs there to ask
-    (the claim is the host's only one: the file goes). Another project's claim stays."""
+    """Remove the claim of `lineage`'s `fleet` from the host's data dir while no agent runs
+    there to ask (the claim is the host's only one: the file goes). Any other claim stays."""
     where = await _locate(conn, host, agent_dir)
-    if not any(c.lineage == lineage for c in where.claims):
+    if not any((c.lineage, c.fleet) == (lineage, fleet) for c in where.claims):
         return
     path = shlex.quote(f"{where.data}/{locate.CLAIMS_NAME}")
     await run_command(

@@ -225,12 +225,17 @@ class SSHProvider(Provider):
         may stop (nothing of anyone else is left there)."""
         running = await find_agent(conn, target.name, agent_dir=self.agent_dir)
         if running is None:  # no agent to ask: nothing runs under it; drop the claim file
-            await forget_claim(conn, target.name, release.lineage, agent_dir=self.agent_dir)
+            await forget_claim(
+                conn, target.name, release.lineage, release.fleet, agent_dir=self.agent_dir
+            )
             return None
         agent = self._client_of(target, running)
         try:
             left = await agent.release_claim(release.lineage, release.fleet)
-            owners = [c for c in left.claims if c.lineage != release.lineage]
+            # another fleet's claim, this project's too (a fleet renamed: the new one enrolled
+            # the host before the old one let go), keeps the agent
+            mine = (release.lineage, release.fleet)
+            owners = [c for c in left.claims if (c.lineage, c.fleet) != mine]
             if owners:
                 return f"it belongs to {owners[0].describe()}"
             jobs = left.unfinished_jobs

@@ -36,6 +36,7 @@ from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import PlanError, ProviderError
 from dstack_plan.gcpause import gc_paused
+from dstack_plan.plan import submissions
 from dstack_plan.plan.diff import diff_specs
 from dstack_plan.plan.limits import checked_dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Crash, Placement, Plan
@@ -68,8 +69,6 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
 SSH_AGENT_DIR_ENV = "DSTACK_PLAN_SSH_AGENT_DIR"
 """Where the agent goes on SSH fleet hosts (default: `.dstack-plan/agent` under the login
 user's home; relative paths are under it too)."""
-SUBMITTED_RETENTION_ENV = "DSTACK_PLAN_SUBMITTED_RETENTION"
-"""How long a finished submitted run stays in state (`submitted_retention`)."""
 CLOUD_BOOT_TIMEOUT_ENV = "DSTACK_PLAN_CLOUD_BOOT_TIMEOUT"
 """Seconds a new cloud machine gets to be reachable over SSH (default 900)."""
 STATE_BYTES_PER_CONFIG_BYTE = 40
@@ -184,7 +183,7 @@ class Project:
         for resource in desired:
             context = self._context.get(resource.address)
             if context is not None:  # as recorded: a submission never changes its context
-                items.append(_context_item(context))
+                items.append(submissions.context_item(context))
                 continue
             spec = resource.normalized
             if resource.kind in RUN_KINDS:
@@ -432,34 +431,10 @@ class Project:
     async def _refuse_claimed_hosts(self, plan: Plan, refresh: Refresh) -> None:
         """PlanError naming each host another project's fleet owns among those the plan adds
         to SSH fleets (asked over SSH, nothing started; `apply/host_claims.py`)."""
-        from dstack_plan.apply.fleets import fleet_ssh_config
-        from dstack_plan.apply.host_claims import claimed_hosts
+        from dstack_plan.apply.host_claims import refuse_claimed_hosts
 
         lineage = refresh.state.lineage if refresh.snapshot.exists else None
-        refused: list[str] = []
-        for change in plan.changes:
-            if change.kind != "fleet" or change.after is None or change.action is Action.NOOP:
-                continue
-            if not isinstance(change.after.get("ssh_config"), dict):
-                continue
-            name, config = fleet_ssh_config(change.after, change.address)
-            known = set()
-            if change.before is not None and not change.action.is_replace:
-                _, old = fleet_ssh_config(change.before, change.address)
-                known = {old.endpoint(h) for h in old.hosts}
-            new = tuple(h for h in config.hosts if config.endpoint(h) not in known)
-            if not new:
-                continue
-            provider = self.ssh_provider(
-                name, config.model_copy(update={"hosts": new}), MemoryHostKeyStore()
-            )
-            provider.start_agents = False
-            try:
-                refused += await claimed_hosts(provider, name, lineage, self.claimant())
-            finally:
-                await provider.close()
-        if refused:
-            raise PlanError("\n".join(refused))
+        await refuse_claimed_hosts(plan, lineage, self.ssh_provider, self.claimant())
 
     def _submission_options(self, state: State, options: PlanOptions) -> PlanOptions:
         """Plan the submission against its context from `state` (`plan/submissions.py`)."""
@@ -477,7 +452,7 @@ class Project:
     def _expired(self, state: State) -> dict[str, str]:
         """Submitted runs whose retention ended: the plan removes them from state."""
         from dstack_plan.apply.run_records import RunRecord
-        from dstack_plan.plan.submissions import expired, finished_at
+        from dstack_plan.plan.submissions import expired, finished_at, submitted_retention
 
         ended: dict[str, float] = {}
         for address, entry in state.resources.items():
@@ -748,36 +723,6 @@ class Project:
         await self.machines.close()
         if self._clouds is not None:
             await self._clouds.close()
-
-
-def submitted_retention() -> int | None:
-    """Seconds a finished submitted run stays in state: `$DSTACK_PLAN_SUBMITTED_RETENTION`
-    (a duration such as `24h` or `3d`, or `off` to keep them until deleted), else a day."""
-    from dstack_plan.config.units import parse_offable_duration
-    from dstack_plan.plan.submissions import DEFAULT_RETENTION
-
-    raw = os.environ.get(SUBMITTED_RETENTION_ENV)
-    if not raw:
-        return DEFAULT_RETENTION
-    try:
-        value = parse_offable_duration(raw)
-    except ValueError as e:
-        raise PlanError(f"{SUBMITTED_RETENTION_ENV}: {e}") from None
-    if value == "off":
-        return None
-    return DEFAULT_RETENTION if value is None else value
-
-
-def _context_item(entry: ResourceState) -> DesiredItem:
-    """A submission's context entry as the planner sees a declared resource: unchanged."""
-    return DesiredItem(
-        address=entry.address,
-        kind=entry.kind,
-        name=entry.name,
-        provider=entry.provider,
-        spec=dict(entry.spec),
-        depends_on=entry.depends_on,
-    )
 
 
 def _local_provider(agent_dir: str | Path | None) -> LocalProvider:

@@ -22,10 +22,13 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.agent.api_models import HostClaim
 from dstack_plan.agent.client import AgentClient
-from dstack_plan.errors import AgentError, DstackPlanError
+from dstack_plan.errors import AgentError, DstackPlanError, PlanError
+from dstack_plan.plan.model import Action, Plan
+from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.model import State
 
 if TYPE_CHECKING:
+    from dstack_plan.config.fleet import SSHConfig
     from dstack_plan.providers.base import Instance
     from dstack_plan.providers.ssh.provider import SSHProvider
 
@@ -191,3 +194,40 @@ async def claimed_hosts(
 
     found = await asyncio.gather(*(one(i) for i in provider.host_instances(fleet)))
     return [f for f in found if f is not None]
+
+
+async def refuse_claimed_hosts(
+    plan: Plan,
+    lineage: str | None,
+    ssh_provider: Callable[[str, SSHConfig, MemoryHostKeyStore], SSHProvider],
+    claimant: Claimant,
+) -> None:
+    """PlanError naming each host another project's fleet owns among those `plan` adds to
+    SSH fleets of the state of `lineage` (None: a state not written yet); asked over SSH
+    through providers `ssh_provider` makes, which start nothing."""
+    from dstack_plan.apply.fleets import fleet_ssh_config
+
+    refused: list[str] = []
+    for change in plan.changes:
+        if change.kind != "fleet" or change.after is None or change.action is Action.NOOP:
+            continue
+        if not isinstance(change.after.get("ssh_config"), dict):
+            continue
+        name, config = fleet_ssh_config(change.after, change.address)
+        known = set()
+        if change.before is not None and not change.action.is_replace:
+            _, old = fleet_ssh_config(change.before, change.address)
+            known = {old.endpoint(h) for h in old.hosts}
+        new = tuple(h for h in config.hosts if config.endpoint(h) not in known)
+        if not new:
+            continue
+        provider = ssh_provider(
+            name, config.model_copy(update={"hosts": new}), MemoryHostKeyStore()
+        )
+        provider.start_agents = False
+        try:
+            refused += await claimed_hosts(provider, name, lineage, claimant)
+        finally:
+            await provider.close()
+    if refused:
+        raise PlanError("\n".join(refused))

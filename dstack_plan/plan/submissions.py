@@ -9,18 +9,24 @@ resolve references and placement like declared resources, and are never changed 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.resource import STATE_SOURCE, Desired, Resource, Source
+from dstack_plan.config.units import parse_offable_duration
+from dstack_plan.errors import PlanError
 from dstack_plan.plan.kinds import FINISHED_STATUSES
 from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.plan.planner import DesiredItem
 from dstack_plan.state.model import ResourceState, State
 
 DEFAULT_RETENTION = 24 * 3600
 """Seconds a finished submitted run stays in state (in `ps -a` and `logs`) before a plan of
 the project removes it."""
+SUBMITTED_RETENTION_ENV = "DSTACK_PLAN_SUBMITTED_RETENTION"
+"""How long a finished submitted run stays in state (`submitted_retention`)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,33 @@ def with_state_context(given: Desired, state: State) -> SubmissionContext:
         resources[address] = Resource(entry.kind, entry.name, spec, Source(STATE_SOURCE, 0))
         context[address] = entry
     return SubmissionContext(replace(given, resources=resources, submission=True), context)
+
+
+def context_item(entry: ResourceState) -> DesiredItem:
+    """A submission's context entry as the planner sees a declared resource: unchanged."""
+    return DesiredItem(
+        address=entry.address,
+        kind=entry.kind,
+        name=entry.name,
+        provider=entry.provider,
+        spec=dict(entry.spec),
+        depends_on=entry.depends_on,
+    )
+
+
+def submitted_retention() -> int | None:
+    """Seconds a finished submitted run stays in state: `$DSTACK_PLAN_SUBMITTED_RETENTION`
+    (a duration such as `24h` or `3d`, or `off` to keep them until deleted), else a day."""
+    raw = os.environ.get(SUBMITTED_RETENTION_ENV)
+    if not raw:
+        return DEFAULT_RETENTION
+    try:
+        value = parse_offable_duration(raw)
+    except ValueError as e:
+        raise PlanError(f"{SUBMITTED_RETENTION_ENV}: {e}") from None
+    if value == "off":
+        return None
+    return DEFAULT_RETENTION if value is None else value
 
 
 def finished_at(entry: ResourceState, jobs_finished: Iterable[float | None]) -> float | None:

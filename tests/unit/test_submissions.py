@@ -170,7 +170,7 @@ def test_finished_submitted_runs_expire_after_their_retention(tmp_path: Path) ->
 
 def test_retention_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
     from dstack_plan.errors import PlanError
-    from dstack_plan.project import submitted_retention
+    from dstack_plan.plan.submissions import submitted_retention
 
     monkeypatch.delenv("DSTACK_PLAN_SUBMITTED_RETENTION", raising=False)
     assert submitted_retention() == 24 * 3600

@@ -95,6 +95,27 @@ def ssh_hosts(tmp_path_factory: pytest.TempPathFactory):
         hosts.down()
 
 
+@pytest.fixture(autouse=True)
+def _no_ssh_agent_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on the namespace hosts, stop every agent it left under its tmp_path: the
+    hosts outlive the test, and an agent left serving one would be another agent on that
+    host for the next test's fleet (refused: a host has one agent)."""
+    used = "ssh_hosts" in request.fixturenames and "tmp_path" in request.fixturenames
+    tmp_path = Path(request.getfixturevalue("tmp_path")) if used else None
+    yield
+    if tmp_path is None:
+        return
+    import subprocess
+
+    for pid_file in sorted(tmp_path.glob("**/hosts/*/data/agent.pid")):
+        data = str(pid_file.parent)
+        subprocess.run(
+            [sys.executable, "-m", "dstack_plan.agent", "stop", "--data-dir", data],
+            capture_output=True,
+            timeout=60,
+        )
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     """moto's S3 on loopback (tests/infra/moto_server.py); skips (or fails under

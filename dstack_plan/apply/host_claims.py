@@ -30,6 +30,7 @@ from dstack_plan.state.model import State
 if TYPE_CHECKING:
     from dstack_plan.config.fleet import SSHConfig
     from dstack_plan.providers.base import Instance
+    from dstack_plan.providers.ssh.claims import HostOwners, OtherAgent
     from dstack_plan.providers.ssh.provider import SSHProvider
 
 PLAN_CHECK_TIMEOUT = 15.0
@@ -45,6 +46,21 @@ class HostClaimedError(DstackPlanError):
         self.host = host
         self.owner = owner
         super().__init__(f"{host} belongs to {owner.describe()}{why}")
+
+
+class AnotherAgentError(DstackPlanError):
+    """The host is served by another agent than the one this fleet reaches: another login
+    user's, or another agent dir's. A host has one agent, which arbitrates its GPUs and
+    records its owner; a second would hand out the same GPUs twice."""
+
+    def __init__(self, host: str, other: OtherAgent):
+        self.host = host
+        self.other = other
+        super().__init__(
+            f"{host}: another agent serves this host ({other.describe()}); a host has one "
+            f"agent: log in as {other.user} (ssh_config.user), or set "
+            "DSTACK_PLAN_SSH_AGENT_DIR to the directory it uses"
+        )
 
 
 @dataclass(frozen=True)
@@ -86,8 +102,10 @@ class HostEnrollment:
         self._take: dict[str, str] = {}
         """host -> why its claim is taken over (stale, or --take-over)."""
 
-    async def before_install(self, host: str, claims: list[HostClaim]) -> None:
-        owner = next((c for c in claims if c.lineage != self._claim.lineage), None)
+    async def before_install(self, host: str, owners: HostOwners) -> None:
+        if owners.others:
+            raise AnotherAgentError(host, owners.others[0])
+        owner = next((c for c in owners.claims if c.lineage != self._claim.lineage), None)
         if owner is None:
             return
         why = await asyncio.to_thread(self._stale, owner, host)
@@ -181,10 +199,12 @@ async def claimed_hosts(
 
     async def one(instance: Instance) -> str | None:
         try:
-            claims = await asyncio.wait_for(provider.host_claims(instance), PLAN_CHECK_TIMEOUT)
+            owners = await asyncio.wait_for(provider.host_owners(instance), PLAN_CHECK_TIMEOUT)
         except (DstackPlanError, OSError, asyncio.TimeoutError):
             return None
-        owner = next((c for c in claims if c.lineage != lineage), None)
+        if owners.others:
+            return str(AnotherAgentError(instance.hostname, owners.others[0]))
+        owner = next((c for c in owners.claims if c.lineage != lineage), None)
         if owner is None or claimant.take_over:
             return None
         host = instance.hostname

@@ -132,3 +132,30 @@ def test_a_renamed_fleet_keeps_its_hosts_agent(
     assert [c["fleet"] for c in json.loads(claims.read_text())] == ["fleet.new"]
     _ok(dstack("destroy", "-y"))
     assert agents_running(remote) == set()
+
+
+def test_a_host_has_one_agent_whichever_user_logs_in(
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+    cli_env: dict[str, str],
+) -> None:
+    """A project reaching the host through another agent dir (another login user's home, as
+    its `~/.dstack-plan`) would start a second agent handing out the same GPUs: refused,
+    naming the agent that serves the host."""
+    a, b = tmp_path / "platform", tmp_path / "ml"
+    a.mkdir()
+    b.mkdir()
+    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1"))
+    _ok(dstack("apply", "-y", cwd=a))
+    (b / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "mine", "h1"))
+    cli_env["DSTACK_PLAN_SSH_AGENT_DIR"] = str(tmp_path / "other-home")
+    served = f"data in {remote}/hosts/h1/data"
+    planned = dstack("plan", cwd=b)
+    assert planned.returncode == 1, planned.stdout + planned.stderr
+    assert "another agent serves this host" in planned.stderr and served in planned.stderr
+    assert "log in as root" in planned.stderr
+    assert not (tmp_path / "other-home").exists()  # nothing was installed
+    cli_env["DSTACK_PLAN_SSH_AGENT_DIR"] = str(remote)
+    _ok(dstack("destroy", "-y", cwd=a))

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,18 +22,12 @@ pytestmark = pytest.mark.ssh
 
 
 @pytest.fixture
-def remote(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[Path]:
-    """The hosts' agent dir of this test; an agent the test left running there (on a host
-    it forgot with `destroy --force`, or after a failure) is stopped afterwards."""
+def remote(tmp_path: Path, cli_env: dict[str, str]) -> Path:
+    """The hosts' agent dir of this test (what it leaves running there is stopped after it:
+    `tests/conftest.py`)."""
     cli_env["HOME"] = str(tmp_path / "home")  # no ~/.ssh/known_hosts of root's in the way
     cli_env["DSTACK_PLAN_SSH_AGENT_DIR"] = str(tmp_path / "remote")
-    yield tmp_path / "remote"
-    for data in sorted((tmp_path / "remote").glob("hosts/*/data")):
-        subprocess.run(
-            [sys.executable, "-m", "dstack_plan.agent", "stop", "--data-dir", str(data)],
-            capture_output=True,
-            timeout=60,
-        )
+    return tmp_path / "remote"
 
 
 def write_fleet(project: Path, hosts: SSHTestHosts, *names: str) -> None:

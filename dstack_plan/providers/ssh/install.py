@@ -54,6 +54,7 @@ from dstack_plan.agent.protocol import HUNG_STOP_TIMEOUT, TOKEN_FILE
 from dstack_plan.errors import SSHError
 from dstack_plan.providers.ssh import locate
 from dstack_plan.providers.ssh.bundle import AgentBundle, build_bundle, cached_bundle
+from dstack_plan.providers.ssh.claims import HostOwners, OtherAgent
 from dstack_plan.providers.ssh.locate import BUNDLE_NAME, SHA256_NAME, Running, UnitFile
 from dstack_plan.providers.ssh.systemd import AgentUnit, SystemdFacts
 from dstack_plan.providers.ssh.tunnel import AGENT_ADDRESS, tunnel
@@ -67,7 +68,7 @@ __all__ = [
     "find_agent",
     "forget_claim",
     "install_agent",
-    "read_claims",
+    "read_owners",
     "stop_agent",
 ]
 
@@ -214,12 +215,17 @@ def _claims(said: dict[str, str]) -> list[HostClaim]:
     return found
 
 
-async def read_claims(
+async def read_owners(
     conn: asyncssh.SSHClientConnection, host: str, *, agent_dir: str = DEFAULT_AGENT_DIR
-) -> list[HostClaim]:
-    """Who owns the host, read from the agent's data dir in the one command that looks for
-    the agent: nothing is installed or started, and no agent need run."""
-    return list((await _locate(conn, host, agent_dir)).claims)
+) -> HostOwners:
+    """Who has the host: the claims the agent's data dir records and the other agents that
+    serve it, in one command; nothing is installed or started, and no agent need run."""
+    _, output = await run_command(
+        conn, host, locate.owners_script(agent_dir), "looking for the host's owners"
+    )
+    claims = tuple(_claims(locate.parse_facts(output)))
+    others = tuple(OtherAgent(*found) for found in locate.other_agents(output))
+    return HostOwners(claims, others)
 
 
 async def forget_claim(

@@ -110,6 +110,43 @@ def script(agent_dir: str) -> str:
     )
 
 
+# Other agents serving this node from another data dir (another login user's home, another
+# DSTACK_PLAN_SSH_AGENT_DIR): one `grep` over every process's command line, then a look at
+# each match. A process in another network namespace is another host (containers; the test
+# hosts share one machine); one whose namespace cannot be read (another user's) is not.
+_OTHERS_CHECK = (
+    "me=$(readlink /proc/self/ns/net 2>/dev/null); "
+    'for c in $(grep -lsa -e "agent.pyz" /proc/[0-9]*/cmdline); do '
+    'p=${c%/cmdline}; p=${p#/proc/}; a=$(tr "\\000" " " 2>/dev/null <"$c") || continue; '
+    'case "$a" in *" serve "*"--data-dir "*"/hosts/$n/data"*) ;; *) continue ;; esac; '
+    'case "$a" in *" --data-dir $d/data"*) continue ;; esac; '
+    'ns=$(readlink "/proc/$p/ns/net" 2>/dev/null); '
+    'if [ -n "$ns" ] && [ -n "$me" ] && [ "$ns" != "$me" ]; then continue; fi; '
+    'echo "other=$p $(stat -c %U "/proc/$p" 2>/dev/null || echo ?) $a"; done'
+)
+
+
+def owners_script(agent_dir: str) -> str:
+    """The command `script` runs, and also `other=PID USER CMDLINE` for every other agent
+    that serves this node from another data dir: what enrolling a host checks."""
+    return f"{script(agent_dir)}; {_OTHERS_CHECK}"
+
+
+def other_agents(output: str) -> list[tuple[int, str, str]]:
+    """(pid, user, data dir) of each `other=` line of `owners_script`'s output."""
+    found = []
+    for line in output.splitlines():
+        if not line.startswith("other="):
+            continue
+        pid, _, rest = line.removeprefix("other=").partition(" ")
+        user, _, cmdline = rest.partition(" ")
+        words = cmdline.split()
+        data = words[words.index("--data-dir") + 1] if "--data-dir" in words[:-1] else "?"
+        if pid.isdigit():
+            found.append((int(pid), user, data))
+    return found
+
+
 def claims(said: Mapping[str, str]) -> list[dict[str, object]]:
     """The claims the host's data dir records, as the command printed them (none when the
     file is missing or unreadable: the agent heals it on the next claim)."""

@@ -20,14 +20,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dstack_plan.agent.api_models import HostClaim
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.deferred_client import DeferredAgentClient
 from dstack_plan.agent.http import Response
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError, SSHError
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.local import resources_from_facts
-from dstack_plan.providers.ssh.claims import Enrollment, Release
+from dstack_plan.providers.ssh.claims import Enrollment, HostOwners, Release
 from dstack_plan.providers.ssh.connect import Connection, SSHPool
 from dstack_plan.providers.ssh.forward import Forward, open_forward
 from dstack_plan.providers.ssh.hostkeys import HostKeyPolicy, HostKeyStore, MemoryHostKeyStore
@@ -39,7 +38,7 @@ from dstack_plan.providers.ssh.install import (
     find_agent,
     forget_claim,
     install_agent,
-    read_claims,
+    read_owners,
     stop_agent,
 )
 from dstack_plan.providers.ssh.models import SSHTarget
@@ -302,21 +301,22 @@ class SSHProvider(Provider):
         report.raise_for_failures()
         enrollment = self.enrollment
         if enrollment is not None:  # refused before the agent there is touched at all
-            claims = await read_claims(conn, target.name, agent_dir=self.agent_dir)
-            await enrollment.before_install(target.name, claims)
+            owners = await read_owners(conn, target.name, agent_dir=self.agent_dir)
+            await enrollment.before_install(target.name, owners)
         done = await self._facts(instance, target)
         if enrollment is not None:
             await enrollment.after_install(target.name, await self.agent(instance))
         return done
 
-    async def host_claims(self, instance: Instance) -> list[HostClaim]:
-        """Who owns `instance`'s host, read from the agent's data dir over SSH: nothing is
-        installed or started (plan asks this). SSHError when the host cannot be reached."""
+    async def host_owners(self, instance: Instance) -> HostOwners:
+        """Who has `instance`'s host (its agent's claims, other agents serving it), read over
+        SSH: nothing is installed or started (plan asks this). SSHError when the host cannot
+        be reached."""
         target = self._target(instance)
         if target is None:
             raise ProviderError(self.name, "not a host of an SSH fleet here", instance.name)
         conn = await self.pool.connect(target)
-        return await read_claims(conn, target.name, agent_dir=self.agent_dir)
+        return await read_owners(conn, target.name, agent_dir=self.agent_dir)
 
     async def _observe(self, instance: Instance, target: SSHTarget) -> Instance | None:
         if instance.status not in ("terminating", "terminated"):

@@ -5,6 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def shown(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` safe to print on a terminal and to parse one message a line: control
+    characters (C0, DEL, C1), line and paragraph separators and bidirectional overrides
+    escaped as `\\n`, `\\x85`, `\\u202e`; with `keep_newlines`, the newlines that separate the
+    lines of a message stay."""
+    if text.isascii() and text.isprintable():
+        return text  # the common case, at once
+    out = []
+    for char in text:
+        if char == "\n" and keep_newlines:
+            out.append(char)
+        elif char in _BIDI or char in "\u2028\u2029" or not (char.isprintable() or char == "\t"):
+            out.append(char.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(char)
+    return "".join(out)
+
 
 class DstackPlanError(Exception):
     """Base of every error a user can cause; never a bug."""
@@ -21,7 +41,8 @@ class ConfigIssue(NamedTuple):
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}: error: {self.message}"
+        # one issue a line, whatever the file's name or the message quotes of the input
+        return f"{shown(self.file)}:{self.line}:{self.column}: error: {shown(self.message)}"
 
 
 class ConfigError(DstackPlanError):

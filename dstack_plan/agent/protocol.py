@@ -63,6 +63,9 @@ STATUS_OF_REASON = {
 RUNTIME_DOCKER = "docker"
 RUNTIME_PROCESS = "process"
 
+USER_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?"
+"""A job's `user`: user[:group] of names or numeric ids (matched whole)."""
+
 # Docker labels put on every container the agent creates; re-adoption after a restart uses them.
 LABEL_PREFIX = "dstack-plan."
 LABEL_AGENT_ID = "dstack-plan.agent-id"

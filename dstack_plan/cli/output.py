@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from dstack_plan.errors import ConfigError, DstackPlanError
+from dstack_plan.errors import ConfigError, DstackPlanError, shown
 
 
 def _no_color() -> bool:
@@ -32,7 +32,7 @@ def print_error(error: DstackPlanError) -> None:
         for issue in error.issues:
             sys.stderr.write(f"{issue}\n")
         return
-    sys.stderr.write(f"Error: {error}\n")
+    sys.stderr.write(f"Error: {shown(str(error), keep_newlines=True)}\n")
 
 
 def print_bug() -> None:

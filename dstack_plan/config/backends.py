@@ -100,13 +100,13 @@ class GCPBackend(Strict):
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         # GCP refuses such labels only when creating an instance: say so at plan time instead
         for key, label in value.items():
-            if not _GCP_LABEL.match(key):
+            if not _GCP_LABEL.fullmatch(key):
                 raise ItemError(
                     f"invalid GCP label key {key!r}: use 1-63 lowercase letters, digits, "
                     "'_' or '-'",
                     key,
                 )
-            if not _GCP_LABEL_VALUE.match(label):
+            if not _GCP_LABEL_VALUE.fullmatch(label):
                 raise ItemError(
                     f"invalid GCP label value {label!r}: use at most 63 lowercase letters, "
                     "digits, '_' or '-'",

@@ -138,7 +138,7 @@ instead of at import, which keeps `dstack` starting fast."""
 
 
 def _check_name(value: str) -> str:
-    if not _NAME_RE.match(value):
+    if not _NAME_RE.fullmatch(value):
         raise ValueError(
             f"invalid name {value!r}: use 2-41 characters, lowercase letters, digits and '-', "
             "starting with a letter"
@@ -147,7 +147,7 @@ def _check_name(value: str) -> str:
 
 
 def _check_address(value: str) -> str:
-    if not _ADDRESS_RE.match(value):
+    if not _ADDRESS_RE.fullmatch(value):
         raise ValueError(
             f"invalid address {value!r}: expected <kind>.<name> with kind one of "
             f"{', '.join(RESOURCE_KINDS)} (e.g. fleet.gpu-pool)"

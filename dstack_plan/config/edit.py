@@ -42,11 +42,11 @@ def parse_host_url(url: str) -> HostURL:
     lines and in YAML.
     """
     expected = f"invalid host URL {url!r}: expected ssh://USER@HOST[:PORT]"
-    match = _URL.match(url)
+    match = _URL.fullmatch(url)
     if match is None:
         raise DstackPlanError(expected)
     user, host, port_text = match.group("user", "host", "port")
-    if user is not None and not _USER.match(user):
+    if user is not None and not _USER.fullmatch(user):
         raise DstackPlanError(f"{expected} (bad user name {user!r})")
     if host.startswith("["):
         hostname = host[1:-1]
@@ -54,7 +54,7 @@ def parse_host_url(url: str) -> HostURL:
             ipaddress.IPv6Address(hostname)
         except ValueError:
             raise DstackPlanError(f"{expected} (bad IPv6 address {hostname!r})") from None
-    elif _HOSTNAME.match(host):
+    elif _HOSTNAME.fullmatch(host):
         hostname = host
     else:
         raise DstackPlanError(f"{expected} (bad host name {host!r})")

@@ -21,7 +21,7 @@ def _scalar_to_str(value: Any, key: str) -> str:
 
 
 def _check_key(key: Any, item: str | int) -> str:
-    if not isinstance(key, str) or not _KEY_RE.match(key):
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise ItemError(f"invalid env variable name {key!r}", item)
     return key
 

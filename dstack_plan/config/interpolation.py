@@ -65,7 +65,7 @@ def _expressions(text: str) -> Iterator[tuple[int, int, str]]:
 
 
 def _parse_expression(expr: str) -> Reference:
-    if _GROUP_IP_RE.match(expr):
+    if _GROUP_IP_RE.fullmatch(expr):
         return Reference("groups", expr[len("groups") :])
     if expr.split(".")[0].split("[")[0] == "groups":
         raise ValueError(
@@ -79,7 +79,7 @@ def _parse_expression(expr: str) -> Reference:
         known = ", ".join([*NAMESPACES, "groups"])
         raise ValueError(f"unknown interpolation namespace {namespace!r} (known: {known})")
     allowed = NAMESPACES[namespace]
-    if allowed is None and not _IDENT_RE.match(name):
+    if allowed is None and not _IDENT_RE.fullmatch(name):
         raise ValueError(f"invalid name {name!r} in '${{{{ {expr} }}}}'")
     if allowed is not None and name not in allowed:
         known = ", ".join(sorted(allowed))
@@ -179,7 +179,7 @@ def group_addresses(text: str) -> list[GroupAddress]:
         return []
     found = []
     for ref in refs:
-        match = _GROUP_IP_RE.match("groups" + ref.name) if ref.namespace == "groups" else None
+        match = _GROUP_IP_RE.fullmatch("groups" + ref.name) if ref.namespace == "groups" else None
         if match:
             found.append(GroupAddress(int(match[1]), match[2], int(match[3])))
     return found

@@ -32,7 +32,7 @@ _VALUE_RE = re.compile(VALUE_PATTERN)
 def check_key(key: str) -> str:
     """`key` if it is a label key: 1-63 letters, digits, `.`, `_`, `/`, `-`, alphanumeric at
     both ends; else ValueError saying so."""
-    if not _KEY_RE.match(key):
+    if not _KEY_RE.fullmatch(key):
         raise ValueError(
             f"invalid label key {key!r}: use 1-63 letters, digits, '.', '_', '/' or '-', "
             "starting and ending with a letter or digit"
@@ -42,7 +42,7 @@ def check_key(key: str) -> str:
 
 def check_value(key: str, value: str) -> str:
     """`value` if it is a label value (as a key, and `:` too); else ValueError naming `key`."""
-    if not _VALUE_RE.match(value):
+    if not _VALUE_RE.fullmatch(value):
         raise ValueError(
             f"invalid value {value!r} of label {key!r}: use 1-63 letters, digits, '.', '_', "
             "':', '/' or '-', starting and ending with a letter or digit"

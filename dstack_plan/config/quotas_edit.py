@@ -58,7 +58,7 @@ def _amount(text: str, option: str, item: str) -> float | None:
 
 def check_namespace(name: str) -> str:
     """`name` if it can name a namespace (as any resource name); else DstackPlanError."""
-    if not re.match(NAME_PATTERN, name):
+    if not re.fullmatch(NAME_PATTERN, name):
         raise DstackPlanError(
             f"invalid namespace name {name!r}: use 2-41 characters, lowercase letters, digits "
             "and '-', starting with a letter"

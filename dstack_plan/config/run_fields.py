@@ -46,7 +46,7 @@ class PortMapping(Strict):
         if isinstance(value, int):
             return {"local_port": value, "container_port": value}
         if isinstance(value, str):
-            match = _PORT_RE.match(value.replace(" ", ""))
+            match = _PORT_RE.fullmatch(value.replace(" ", ""))
             if not match:
                 raise ValueError(
                     f"invalid port mapping {value!r}: "

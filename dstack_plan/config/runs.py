@@ -103,7 +103,7 @@ class RunSpec(ResourceSpec, ProfileParams):
     @field_validator("shell")
     @classmethod
     def _shell(cls, value: str | None) -> str | None:
-        if value is not None and not _SHELL_RE.match(value):
+        if value is not None and not _SHELL_RE.fullmatch(value):
             raise ValueError("shell must be 'sh', 'bash' or an absolute path")
         return value
 
@@ -290,7 +290,7 @@ class DevEnvironmentSpec(RunSpec):
             return self
         if self.ide is None:
             raise FieldConflict("'version' needs 'ide' to be set", "version")
-        if self.ide == "windsurf" and not _WINDSURF_VERSION_RE.match(self.version):
+        if self.ide == "windsurf" and not _WINDSURF_VERSION_RE.fullmatch(self.version):
             raise ItemError(
                 f"invalid Windsurf version {self.version!r}: expected VERSION@COMMIT "
                 "(e.g. 1.106.0@8951cd3ad688e789573d7f51750d67ae4a0bea7d)",

@@ -63,7 +63,7 @@ _GROUP_NAME_RE = re.compile(_GROUP_NAME)
 
 
 def _group_name(value: str) -> str:
-    if not _GROUP_NAME_RE.match(value):
+    if not _GROUP_NAME_RE.fullmatch(value):
         raise ValueError(
             f"invalid group name {value!r}: use 1-40 lowercase letters, digits and '-', "
             "starting with a letter or digit"

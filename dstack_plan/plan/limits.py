@@ -7,6 +7,8 @@ refuse it, each problem located at the offending key as a load error would be:
   kind takes; SSH hosts with a user, listed once (by hostname and port) in one fleet of the
   project (`host_checks.py`), with `internal_ip` on all or none of them (and not together
   with `network`);
+- runs: an `image` and a `user` the agent accepts (a reference without shell or control
+  characters; user[:group]);
 - gateways: at most 3 `replicas`, and more than one only without a Let's Encrypt certificate;
 - references to another project's fleet or gateway (a project here is one directory: there
   is no other project to look in);
@@ -16,10 +18,13 @@ refuse it, each problem located at the offending key as a load error would be:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from dstack_plan.agent.image_ref import image_reference_error
+from dstack_plan.agent.protocol import USER_PATTERN
 from dstack_plan.config.interpolation import GroupAddress, group_addresses
 from dstack_plan.config.loader import issue_at
 from dstack_plan.config.profile import FleetRef, InstanceRef, reference_parts
@@ -40,6 +45,7 @@ Found = tuple[KeyPath, str]
 MAX_GATEWAY_REPLICAS = 3
 """dstack's server default (`DSTACK_SERVER_GATEWAY_MAX_REPLICAS`)."""
 _CLOUD_ONLY = ("resources", "backends", "regions", "instance_types")
+_USER = re.compile(USER_PATTERN)
 
 
 def checked_dependencies(
@@ -81,6 +87,7 @@ def _problems(resource: Resource) -> Iterator[Found]:
     elif resource.kind == "gateway":
         yield from _gateway(spec)  # type: ignore[arg-type]
     elif isinstance(spec, RunSpec):
+        yield from _job_fields(spec)
         yield from _other_projects(spec)
         if resource.may_reference:  # no `${{` anywhere in its file: no group references
             yield from _group_references(spec)
@@ -133,6 +140,18 @@ def _gateway(spec: GatewaySpec) -> Iterator[Found]:
             "a gateway with more than one replica cannot use a lets-encrypt certificate: set "
             "'certificate' to null (no HTTPS) or {type: acm, arn} (AWS)",
         )
+
+
+def _job_fields(spec: RunSpec) -> Iterator[Found]:
+    """What the agent would refuse of the run's jobs, refused where it is written instead:
+    the image reference (no shell or control characters) and the user."""
+    # `${{ env.X }}` and the like are resolved at apply time: the agent checks what comes out
+    if spec.image is not None and "${{" not in spec.image:
+        why = image_reference_error(spec.image)
+        if why is not None:
+            yield ("image",), f"image {spec.image!r} {why}"
+    if spec.user is not None and "${{" not in spec.user and not _USER.fullmatch(spec.user):
+        yield ("user",), f"user {spec.user!r}: expected user[:group] of names or numeric ids"
 
 
 def _other_projects(spec: RunSpec) -> Iterator[Found]:

@@ -13,6 +13,7 @@ import asyncssh
 from pydantic import BaseModel, ConfigDict
 
 from dstack_plan.errors import SSHError
+from dstack_plan.providers.ssh import locate
 
 MIN_PYTHON = (3, 9)
 CLOSED_PORT = 1  # tcpmux: nothing listens there, so "refused" proves forwarding works
@@ -45,7 +46,7 @@ class PreflightReport(BaseModel):
 
 
 def _script(agent_dir: str, need_containers: bool) -> str:
-    directory = agent_dir if agent_dir.startswith("/") else f'"$HOME"/{shlex.quote(agent_dir)}'
+    directory = locate.base(agent_dir)  # quoted: a space or `;` in it stays in the path
     runtimes = shlex.quote("{{json .Runtimes}}")
     lines = [
         'echo "user=$(id -un)"',

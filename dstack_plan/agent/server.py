@@ -1,4 +1,10 @@
-"""The HTTP JSON API on the standard library's ThreadingHTTPServer, bound to 127.0.0.1 only."""
+"""The HTTP JSON API on the standard library's ThreadingHTTPServer, bound to 127.0.0.1 only.
+
+A request that does not parse, or a connection that fails mid-request, is logged as one brief
+line (the peer and what was wrong: never the request line or headers, which may carry the
+bearer token), at most one per `PROTOCOL_LOG_INTERVAL` seconds; the next says how many
+were left out.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,11 @@ import json
 import logging
 import math
 import re
+import sys
+import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -36,6 +45,10 @@ log = logging.getLogger(__name__)
 LISTEN_HOST = "127.0.0.1"
 _DRAIN_LIMIT = 64 * 1024 * 1024
 _FOLLOW_READ = 256 * 1024
+PROTOCOL_LOG_INTERVAL = 60.0
+"""At most one line about malformed requests or failed connections per this many seconds."""
+_WORDS = re.compile(r"[A-Za-z0-9 ./-]*")
+"""The plain words `send_error`'s message begins with, before it quotes the request."""
 
 Route = tuple[str, "re.Pattern[str]", str]
 _ROUTES: list[Route] = [
@@ -62,6 +75,36 @@ _STREAMED_BODY = re.compile(r"/blobs/[^/]+")
 """PUT bodies that go to disk as they arrive (`api_put_blob`) instead of into memory."""
 
 
+class RateLimited:
+    """Logs at most one warning per `interval` seconds (`now` tells the time); the next one
+    logged says how many were suppressed since the last."""
+
+    def __init__(
+        self, interval: float = PROTOCOL_LOG_INTERVAL, now: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = interval
+        self._now = now
+        self._lock = threading.Lock()
+        self._next_at: float | None = None
+        self.suppressed = 0
+
+    def warning(self, message: str, *args: object, exc_info: bool = False) -> bool:
+        """Log `message % args` unless a line went out less than `interval` ago (then it is
+        only counted); whether it was logged."""
+        with self._lock:
+            now = self._now()
+            if self._next_at is not None and now < self._next_at:
+                self.suppressed += 1
+                return False
+            self._next_at = now + self._interval
+            suppressed, self.suppressed = self.suppressed, 0
+        if suppressed:
+            message += " (%d more such since the last line, not logged)"
+            args = (*args, suppressed)
+        log.warning(message, *args, exc_info=exc_info)
+        return True
+
+
 class AgentServer(ThreadingHTTPServer):
     """One thread per connection; handler threads never keep the process alive."""
 
@@ -73,7 +116,23 @@ class AgentServer(ThreadingHTTPServer):
         self.app = app
         self.token = token
         self.probes = bandwidth.Probes()
+        self.protocol_errors = RateLimited()
         super().__init__((LISTEN_HOST, port), Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """What escaped a connection's handler, as one rate-limited line instead of the
+        standard library's traceback on stderr for each: a client that went away, or (with
+        its traceback, as it is a bug) anything else."""
+        error = sys.exc_info()[1]
+        peer = client_address[0] if isinstance(client_address, tuple) else "a client"
+        if isinstance(error, OSError):
+            self.protocol_errors.warning(
+                "a connection from %s failed: %s", peer, type(error).__name__
+            )
+        else:
+            self.protocol_errors.warning(
+                "a request from %s failed: %s", peer, type(error).__name__, exc_info=True
+            )
 
 
 def _query_int(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
@@ -107,6 +166,25 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """The access line (debug), of a request that parsed: its method and path, never the
+        raw request line (a malformed one can hold the headers, the token included)."""
+        if getattr(self, "command", None):
+            log.debug('%s "%s %s" %s', self.address_string(), self.command, self.path, code)
+
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        """`send_error`'s line (only a request that does not parse gets one): what was wrong,
+        briefly and rate-limited, without the bytes the standard library quotes."""
+        if not format.startswith("code %d") or len(args) < 2:
+            log.debug("%s %s", self.address_string(), format % args)  # an idle timeout
+            return
+        code = int(args[0])
+        words = _WORDS.match(str(args[1] or ""))
+        what = (words.group().strip() if words else "") or HTTPStatus(code).phrase
+        self.server.protocol_errors.warning(
+            "a malformed request from %s: %d %s", self.address_string(), code, what[:60]
+        )
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         self._dispatch("GET")

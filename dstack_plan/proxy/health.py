@@ -92,7 +92,9 @@ class Prober:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - a probe that raises has failed
-                logger.debug("probe of %s failed: %r", self.upstream.url, e)
+                from dstack_plan.proxy.protocol_log import brief
+
+                logger.debug("probe of %s failed: %s", self.upstream.url, brief(e))
                 passed = False
             self.observe(passed)
             await self._clock.sleep(self.settings.interval)

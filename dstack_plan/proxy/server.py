@@ -19,6 +19,11 @@ a request waits up to `wait_for_replica` for one (a service scaled to zero gets 
 replica while its first request waits), then gets a 503.
 
 Errors are OpenAI-shaped JSON: `{"error": {"message", "type", "code"}}`.
+
+On loopback (`start` on 127.0.0.0/8, ::1 or localhost), a request not routed by a service's
+hostname must say `Host: 127.0.0.1`, `localhost` or `[::1]` (any port), against DNS rebinding
+(`loopback.py`): others get a plain-text 421. A request that does not parse is logged as one
+brief rate-limited line, never its bytes (`protocol_log.py`), and there is no access log.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ from dstack_plan.proxy.balancer import Balancer
 from dstack_plan.proxy.client import http_probe, upstream_session
 from dstack_plan.proxy.headers import end_to_end, request_headers
 from dstack_plan.proxy.health import HealthMonitor, ProbeCheck
+from dstack_plan.proxy.loopback import MISDIRECTED, allowed_hosts, host_allowed, refusal
 from dstack_plan.proxy.model import ServiceRoute, Upstream
+from dstack_plan.proxy.protocol_log import brief, server_logger
 from dstack_plan.proxy.stats import RequestStats
 
 logger = logging.getLogger(__name__)
@@ -119,6 +126,8 @@ class ServiceProxy:
         self._session: aiohttp.ClientSession | None = None
         self._monitor: HealthMonitor | None = None
         self._runner: web.ServerRunner | None = None
+        self._hosts: frozenset[str] | None = None
+        """The `Host` names answered on loopback (None: any), besides services' hostnames."""
         self.set_routes(routes)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -132,10 +141,11 @@ class ServiceProxy:
         self._monitor = HealthMonitor(check, self._on_health, self._clock)
         for service in self._services.values():
             self._monitor.sync(service.route.name, service.route.upstreams, service.route.probe)
-        server = web.Server(self._handle)
-        self._runner = web.ServerRunner(
-            server, handle_signals=False, shutdown_timeout=1.0, access_log=None
+        self._hosts = allowed_hosts(host)
+        server = web.Server(
+            self._handle, access_log=None, logger=server_logger(logger, "the service proxy")
         )
+        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, backlog=4096)
         await site.start()
@@ -213,6 +223,9 @@ class ServiceProxy:
         by_host = self._service_of_host(request.host)
         if by_host is not None:
             return await self._serve(request, self._service(by_host), raw_path + query, None)
+        given = request.headers.get("Host")
+        if not host_allowed(given, self._hosts):
+            return web.Response(status=MISDIRECTED, text=refusal(given))
         if raw_path.startswith(SERVICES_PREFIX):
             name, _, rest = raw_path[len(SERVICES_PREFIX) :].partition("/")
             return await self._serve(request, self._service(name), f"/{rest}{query}", None)
@@ -331,16 +344,18 @@ class ServiceProxy:
                 method, upstream.url + path, headers=headers, data=data, allow_redirects=False
             )
         except _CONNECT_ERRORS as e:
-            logger.warning("replica %s/%s refused: %s", name, upstream.replica_id, e)
+            logger.warning("replica %s/%s refused: %s", name, upstream.replica_id, brief(e))
             if self._monitor is not None:
                 self._monitor.report_failure(name, upstream.replica_id)
             raise _Retry() from e
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            logger.warning("replica %s/%s failed: %r", name, upstream.replica_id, e)
+            logger.warning("replica %s/%s failed: %s", name, upstream.replica_id, brief(e))
             if method in IDEMPOTENT:
                 raise _Retry() from e
             status = 504 if isinstance(e, asyncio.TimeoutError) else 502
-            raise _ProxyError(status, "bad_gateway", f"replica of {name!r} failed: {e}") from e
+            raise _ProxyError(
+                status, "bad_gateway", f"replica of {name!r} failed: {brief(e)}"
+            ) from e
         async with upstream_response:
             return await _relay(request, upstream_response)
 
@@ -361,7 +376,7 @@ async def _relay(request: web.BaseRequest, upstream: aiohttp.ClientResponse) -> 
         return response
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         # the answer is cut: the client must see a broken stream, not a complete one
-        logger.warning("the answer of %s broke off: %r", upstream.url, e)
+        logger.warning("the answer of %s broke off: %s", upstream.url.with_query(None), brief(e))
         upstream.close()
         if request.transport is not None:
             request.transport.close()

@@ -15,8 +15,9 @@ from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.inspect.fleets import FleetList
 from dstack_plan.inspect.runs import RunView
 from dstack_plan.inspect.top import TopView
+from dstack_plan.proxy.loopback import LOOPBACK
 from dstack_plan.state.events import Event
-from dstack_plan.web.auth import access_middleware
+from dstack_plan.web.auth import access_middleware, host_middleware
 from dstack_plan.web.models import ApiError, ApiIndex, JobLogs, MetricsHistory, PlanView
 from dstack_plan.web.source import ApiSource, NotFound
 
@@ -259,8 +260,12 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
 
 
 def build_app(source: ApiSource, token: str | None = None) -> web.Application:
-    """The API over `source`; with `token`, every request must carry it."""
-    app = web.Application(middlewares=[json_errors, access_middleware(token)])
+    """The API over `source`; with `token`, every request must carry it, and without one
+    (on loopback) every request must say a loopback `Host:` (`auth.py`)."""
+    hosts = None if token is not None else LOOPBACK
+    app = web.Application(
+        middlewares=[host_middleware(hosts), json_errors, access_middleware(token)]
+    )
     app[SOURCE] = source
     for route in ROUTES:
         app.router.add_get(route.path, route.handler)

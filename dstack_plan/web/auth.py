@@ -10,6 +10,11 @@ A browser cannot send that header from a plain link or an `EventSource`, so the 
 accepted once as `?token=TOKEN`: the answer is a redirect to the same URL without it, setting
 the cookie `dstack_ui_token` (HttpOnly, SameSite=Strict, path /), which every later request
 of that browser carries and which is compared in constant time too.
+
+On loopback, where no token is asked, a request must name loopback in its `Host:`
+(`127.0.0.1`, `localhost` or `[::1]`, any port): a web page the user visits could otherwise
+point a name of its own at 127.0.0.1 and read the API from the browser (DNS rebinding). Others
+get a plain-text 421 (`proxy/loopback.py`).
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from dstack_plan.proxy.loopback import LOOPBACK, MISDIRECTED, host_allowed, refusal
 from dstack_plan.proxy.token import ensure_token
 
 UI_TOKEN_FILE = Path(".dstack") / "ui-token"
-LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 COOKIE = "dstack_ui_token"
 
@@ -63,6 +68,19 @@ def with_cookie(request: web.Request, token: str) -> web.HTTPFound | None:
     redirect = web.HTTPFound(request.url.relative().with_query(query))
     redirect.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
     return redirect
+
+
+def host_middleware(allowed: frozenset[str] | None) -> Middleware:
+    """Refuse (421, plain text) a request whose `Host` is not one of `allowed` (None: any)."""
+
+    @web.middleware
+    async def host(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("Host")
+        if not host_allowed(given, allowed):
+            return web.Response(status=MISDIRECTED, text=refusal(given))
+        return await handler(request)
+
+    return host
 
 
 def access_middleware(token: str | None) -> Middleware:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.proxy.protocol_log import server_logger
 from dstack_plan.web.app import build_app
 from dstack_plan.web.auth import needs_token, ui_token
 from dstack_plan.web.source import ApiSource
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BIND = "127.0.0.1:3000"
 
@@ -49,7 +53,11 @@ async def start_server(source: ApiSource, bind: str, project_dir: str | Path) ->
     host, port = parse_bind(bind)
     token, created = ui_token(project_dir) if needs_token(host) else (None, False)
     runner = web.AppRunner(
-        build_app(source, token), handle_signals=False, access_log=None, shutdown_timeout=1.0
+        build_app(source, token),
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=1.0,
+        logger=server_logger(log, "the UI"),  # a request that does not parse: one brief line
     )
     await runner.setup()
     try:

@@ -56,6 +56,7 @@ from dstack_plan.state.select import open_backend
 
 if TYPE_CHECKING:  # only apply needs these; planning does not import the apply engine
     from dstack_plan.apply.cloud_fleets import CloudFleetHandler
+    from dstack_plan.apply.code_sources import PrivatePaths
     from dstack_plan.apply.events import EventCallback
     from dstack_plan.apply.fleet_records import BandwidthRecord
     from dstack_plan.apply.interrupt import Interrupt
@@ -210,8 +211,17 @@ class Project:
         assert isinstance(run, RunSpec)
         if not run.files and not run.repos:
             return spec
-        found = code_fingerprint(run, self.code_dir(resource.address), run=resource.address)
+        where = self.code_dir(resource.address)
+        found = code_fingerprint(run, where, run=resource.address, private=self.private_paths())
         return spec if found is None else {**spec, CODE_KEY: found}
+
+    def private_paths(self) -> PrivatePaths:
+        """What runs' `files:` and `repos:` never send: the project's `.dstack/` and its local
+        state's directory (or, beside the project's files, the state's own files)."""
+        from dstack_plan.apply import code_sources
+
+        state = self.backend.path if isinstance(self.backend, LocalBackend) else None
+        return code_sources.private_paths(self.directory, state)
 
     def code_dir(self, address: str) -> Path:
         """Where the relative `files:` and `repos:` paths of run `address` start: the
@@ -231,6 +241,7 @@ class Project:
             self.deployment,
             self.code_dir,
             grow=fleets.grow,
+            private=self.private_paths,
             volumes=VolumeAttacher(self.clouds),
         )
         return {

@@ -6,6 +6,14 @@ Every member is checked before anything is written: no absolute names, no `..`, 
 regular files, directories and symlinks that stay inside their root (no hard links, no
 devices or fifos). Where this Python has tarfile's `data` filter it checks each member too.
 
+A file keeps the owner-only mode it was packed with (0600, 0700: private on the user's
+machine); any other is written 0644 or 0755.
+
+A blob is shared by every job that names it (jobs of other projects too, when the content is
+the same): it is removed with the last of them (`BlobStore.remove`, from the job manager's
+delete, so a destroyed project leaves no copy of its files on the host). A submit that comes
+after that finds no blob and is answered `missing_code`: the controller uploads it again.
+
 Standard library only: the agent runs on a bare host with python3 >= 3.9.
 """
 
@@ -108,6 +116,14 @@ class BlobStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
+    def remove(self, sha256: str) -> bool:
+        """Delete the blob (its last job is gone); False when it was not there."""
+        try:
+            self.path(sha256).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
 
 @dataclass(frozen=True)
 class Member:
@@ -165,7 +181,12 @@ def _check(info: tarfile.TarInfo) -> Member | None:
 
 
 def _mode(info: tarfile.TarInfo) -> int:
-    return 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+    """0o755 for a directory; for a file 0o755 or 0o644 by its executable bit, only the
+    owner's part of that (0o700, 0o600) when the archive gives nothing to group and others."""
+    if info.isdir():
+        return 0o755
+    mode = 0o755 if info.mode & 0o111 else 0o644
+    return mode if info.mode & 0o044 else mode & 0o700
 
 
 def unpack(archive: Path, roots: dict[str, Path], owner: tuple[int, int] | None = None) -> int:

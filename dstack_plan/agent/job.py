@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dstack_plan.agent.job_sshd import SSHServer
-from dstack_plan.agent.logstore import LogStore
+from dstack_plan.agent.logstore import LogStore, MaskedLog
 from dstack_plan.agent.protocol import FINISHED_STATUSES, SUBMITTED
 from dstack_plan.agent.spec import JobSpec, parse_job_spec
 
@@ -63,6 +63,12 @@ class Job:
     """The job's SSH server (`job_sshd`), once started, for a spec with `ssh`."""
     activity_saved_at: float = 0.0
     """When activity an SSH session made was last written to the record (not recorded)."""
+    output: MaskedLog = field(init=False, repr=False, compare=False)
+    """Where the runtime writes the job's output: into `logs`, with its secret values masked
+    (none after a restart until the runtime reads them back from the workload)."""
+
+    def __post_init__(self) -> None:
+        self.output = MaskedLog(self.logs, () if self.secrets_lost else self.spec.secret_values())
 
     @property
     def id(self) -> str:

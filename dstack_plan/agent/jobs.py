@@ -220,8 +220,10 @@ class JobManager:
         else:
             log.info("job %s: SSH server on 127.0.0.1:%s", job.id, server.port)
 
-    def append_log(self, job: Job, data: bytes, cursor: str | None = None) -> None:
-        job.logs.append(data, cursor)
+    def append_log(
+        self, job: Job, data: bytes, cursor: str | None = None, stream: str = "out"
+    ) -> None:
+        job.output.append(data, cursor, stream)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -272,6 +274,9 @@ class JobManager:
         self, job: Job, reason: str, message: str | None, exit_code: int | None = None
     ) -> bool:
         """End a job with `reason` (first call wins); frees its GPUs."""
+        # What masking held back goes to the log before anyone can see the job finished (a
+        # reader that saw it finished takes the end of the log for the end of its output).
+        job.output.flush()
         with self._lock:
             if job.finished:
                 return False
@@ -305,13 +310,7 @@ class JobManager:
     def submit(self, payload: Any) -> tuple[int, dict[str, Any]]:
         """Validate and start a job; (201, info), or (200, info) for a repeated identical one."""
         spec = parse_job_spec(payload)
-        if spec.code is not None and not self.blobs.has(spec.code):
-            raise ApiError(
-                400,
-                f"code: no uploaded archive {spec.code}; upload it first (PUT /blobs/{spec.code})",
-                "code",
-                "missing_code",
-            )
+        self._check_code(spec.code)
         runtime = RUNTIME_DOCKER if spec.image else RUNTIME_PROCESS
         if runtime == RUNTIME_DOCKER and self._engine.client() is None:
             raise ApiError(
@@ -321,6 +320,7 @@ class JobManager:
                 "no_docker",
             )
         with self._lock:
+            self._check_code(spec.code)  # again: a delete removes an unused blob under the lock
             existing = self._jobs.get(spec.id)
             if existing is not None:
                 if existing.spec.to_dict() == spec.to_dict():
@@ -361,6 +361,15 @@ class JobManager:
                 raise
         self._start_thread(job)
         return 201, job.info()
+
+    def _check_code(self, code: str | None) -> None:
+        if code is not None and not self.blobs.has(code):
+            raise ApiError(
+                400,
+                f"code: no uploaded archive {code}; upload it first (PUT /blobs/{code})",
+                "code",
+                "missing_code",
+            )
 
     def get(self, job_id: str) -> Job:
         """The job, or a 404 ApiError."""
@@ -472,6 +481,9 @@ class JobManager:
                     )
         with self._lock:
             self._jobs.pop(job_id, None)
+            code = job.spec.code
+            if code is not None and all(j.spec.code != code for j in self._jobs.values()):
+                self.blobs.remove(code)  # its last job: the host keeps no copy of the files
         self.runtimes[job.runtime].cleanup(job)
         shutil.rmtree(self._data.job_dir(job_id), ignore_errors=True)
 

@@ -13,6 +13,13 @@ or after `t` (nothing later is left out; at most a second of older output comes 
 Appends may carry a cursor (the docker runtime's position in the container's own log). The
 cursor index lets a restarted agent drop bytes written after the last indexed cursor and fetch
 them again from that cursor, so a crash between the two writes cannot duplicate output.
+
+`MaskedLog` is what writes a job's output into its store: it replaces each secret value of the
+job (at least `MIN_SECRET_LENGTH` characters long, matched as its literal UTF-8 bytes) by
+`(sensitive)` before a byte reaches the disk, so no reader of the log and no file of the data
+dir ever holds a value. Masking is per output stream and streaming: a value split across
+chunks is caught because the tail of a chunk that could begin a value is held back until the
+next chunk (or the end) shows what it is; bytes of overlapping occurrences are all masked.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from dstack_plan.agent.logtimes import DEFAULT_GRANULARITY, TimeIndex
@@ -28,6 +35,12 @@ from dstack_plan.agent.logtimes import DEFAULT_GRANULARITY, TimeIndex
 _SEGMENT_SUFFIX = ".log"
 _CURSOR_FILE = "cursor.idx"
 _CURSOR_FILE_MAX = 256 * 1024
+
+MASK = b"(sensitive)"
+"""What the stored log holds in place of each occurrence of a secret value."""
+MIN_SECRET_LENGTH = 4
+"""Secret values shorter than this (in characters) are not masked: as substrings they match
+far too much (a value `1` would garble every number) and they protect nothing anyway."""
 
 
 class LogStore:
@@ -269,3 +282,152 @@ def _last_cursor_entry(path: Path) -> tuple[str, int] | None:
         if len(parts) == 2 and parts[1].isdigit():
             return parts[0], int(parts[1])
     return None
+
+
+def maskable(values: Iterable[str]) -> tuple[bytes, ...]:
+    """The values masking looks for: at least MIN_SECRET_LENGTH characters, as UTF-8 bytes,
+    without duplicates, longest first."""
+    found = {v.encode() for v in values if len(v) >= MIN_SECRET_LENGTH}
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+class SecretMask:
+    """Masks secret values in one stream of output that arrives chunk by chunk.
+
+    `feed` returns the part of the stream that is final: every byte of every occurrence of a
+    value in it is replaced (one `MASK` per run of overlapping occurrences). The end of a chunk
+    that could be the start of a value (a proper prefix of one: fewer bytes than the longest
+    value) is held back until the next chunk or `flush` shows whether it is.
+    """
+
+    def __init__(self, values: tuple[bytes, ...]):
+        self._values = [(value, value[:1], len(value)) for value in values]
+        self._pending = b""
+        self._covered = 0
+        """How many leading bytes of `_pending` belong to an occurrence whose MASK was already
+        returned (one that went on past the held-back point): they are dropped, not shown."""
+
+    @property
+    def holding(self) -> bool:
+        """Some bytes fed are neither returned nor dropped yet."""
+        return bool(self._pending)
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._pending + data if self._pending else data
+        return self._mask(buf, self._hold_from(buf))
+
+    def flush(self) -> bytes:
+        """The stream ended: return what was held back, masked."""
+        buf = self._pending
+        return self._mask(buf, len(buf)) if buf else b""
+
+    def _hold_from(self, buf: bytes) -> int:
+        """The first position from which the rest of `buf` is a proper prefix of a value (an
+        occurrence the next chunk may complete); len(buf) when there is none."""
+        end = best = len(buf)
+        view = None
+        for value, head, size in self._values:
+            at = buf.find(head, max(0, end - size + 1), best)
+            while at != -1:
+                if view is None:
+                    view = memoryview(buf)
+                if value.startswith(view[at:]):
+                    best = at
+                    break
+                at = buf.find(head, at + 1, best)
+        return best
+
+    def _mask(self, buf: bytes, safe: int) -> bytes:
+        """Return `buf[:safe]` masked, keep `buf[safe:]` for later. Occurrences that start
+        before `safe` are masked whole, also past it (`_covered`); later ones are found again
+        with the next chunk."""
+        ranges: list[tuple[int, int]] = []
+        for value, _, size in self._values:
+            limit = safe + size - 1  # occurrences starting before `safe`
+            at = buf.find(value, 0, limit)
+            while at != -1:
+                ranges.append((at, at + size))
+                at = buf.find(value, at + 1, limit)
+        if not ranges and not self._covered:  # the common case: nothing to mask
+            self._pending = buf[safe:]
+            return buf if safe == len(buf) else buf[:safe]
+        ranges.sort()
+        # runs of overlapping occurrences: [start, stop, MASK already returned]
+        runs: list[list[int]] = [[0, self._covered, 1]] if self._covered else []
+        for start, stop in ranges:
+            if runs and start < runs[-1][1]:
+                runs[-1][1] = max(runs[-1][1], stop)
+            else:
+                runs.append([start, stop, 0])
+        parts: list[bytes] = []
+        done = 0  # buf[:done] is returned or dropped
+        for start, stop, shown in runs:
+            parts.append(buf[done:start])
+            if not shown:
+                parts.append(MASK)
+            done = stop
+        if done < safe:
+            parts.append(buf[done:safe])
+            self._covered = 0
+        else:
+            self._covered = done - safe
+        self._pending = buf[safe:]
+        return b"".join(parts)
+
+
+class MaskedLog:
+    """Writes a job's output into its `LogStore` with the job's secret values masked.
+
+    Each output stream (stdout, stderr) is masked on its own, so a value split across two
+    chunks of one stream is caught even when the other stream wrote in between. A cursor
+    (`LogStore.append`) vouches for every byte captured before it, so it is stored only when
+    no stream holds back a byte: a restarted agent then captures held-back bytes again.
+    """
+
+    def __init__(self, store: LogStore, values: Iterable[str] = ()):
+        self.store = store
+        self._lock = threading.Lock()
+        self._values = maskable(values)
+        self._streams: dict[str, SecretMask] = {}
+        self._cursor: str | None = None
+
+    @property
+    def masked_values(self) -> int:
+        """How many values are masked (those long enough)."""
+        return len(self._values)
+
+    def set_values(self, values: Iterable[str]) -> None:
+        """Mask these values from now on (a re-adopted job's, read back from its container)."""
+        with self._lock:
+            self._flush()
+            self._values = maskable(values)
+            self._streams = {}
+
+    def append(self, data: bytes, cursor: str | None = None, stream: str = "out") -> None:
+        """Add output of `stream`, optionally with the cursor that covers it."""
+        with self._lock:
+            if not self._values:
+                self.store.append(data, cursor)
+                return
+            mask = self._streams.get(stream)
+            if mask is None:
+                mask = self._streams[stream] = SecretMask(self._values)
+            out = mask.feed(data)
+            if cursor is not None:
+                self._cursor = cursor
+            vouched = None
+            if self._cursor is not None and not any(m.holding for m in self._streams.values()):
+                vouched, self._cursor = self._cursor, None
+            if out or vouched is not None:
+                self.store.append(out, vouched)
+
+    def flush(self) -> None:
+        """The output ended: store what was held back (nothing can complete it now)."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        out = b"".join(mask.flush() for mask in self._streams.values())
+        vouched, self._cursor = self._cursor, None
+        if out or vouched is not None:
+            self.store.append(out, vouched)

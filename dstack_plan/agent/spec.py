@@ -132,6 +132,15 @@ class JobSpec:
         """How many GPUs the job needs."""
         return len(self.gpus) if isinstance(self.gpus, tuple) else int(self.gpus)
 
+    def secret_values(self) -> list[str]:
+        """The values of the env variables named in `secret_env` (what the job's log masks);
+        none for a spec read back from a record, which holds the redaction marker instead."""
+        return [
+            self.env[name]
+            for name in self.secret_env
+            if name in self.env and self.env[name] != REDACTED
+        ]
+
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
         """The spec as JSON data; with `redact`, secret env values and registry credentials
         are replaced by a marker."""

@@ -3,7 +3,9 @@
 Members are named `wd/<path>` (relative to the job's working dir), `home/<path>` (`~/...`)
 and `abs/<path>` (absolute), so the agent places each without guessing (see
 `dstack_plan/agent/blobs.py`). Entries are sorted, with mtime 0, owner 0:0 and modes reduced
-to 0644/0755: the same content always gives the same bytes, whatever the files' times.
+to 0644/0755, or 0600/0700 for a file only its owner may read here: the same content always
+gives the same bytes, whatever the files' times. What is never sent (`.dstack/`, the state's
+directory, symlinks out of a sent directory) is decided by `code_sources`.
 
 `code_fingerprint` is what a plan compares: a digest of names, modes and content hashes
 (not of the compressed bytes, which depend on the zlib build), cheap to repeat because file
@@ -21,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dstack_plan.apply.code_sources import CodeError, Entry, collect, local_sources
+from dstack_plan.apply.code_sources import (
+    CodeError,
+    Entry,
+    PrivatePaths,
+    collect,
+    local_sources,
+    private_paths,
+)
 from dstack_plan.config.runs import RunSpec
 
 DEFAULT_LIMIT = 100 * 1024 * 1024
@@ -51,15 +60,21 @@ class CodeArchive:
 
 
 def pack(
-    spec: RunSpec, base_dir: Path, run: str | None = None, limit: int = DEFAULT_LIMIT
+    spec: RunSpec,
+    base_dir: Path,
+    run: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+    private: PrivatePaths | None = None,
 ) -> CodeArchive | None:
     """The archive of `spec`'s local files and repos (relative local paths are relative to
-    `base_dir`, the config file's directory), or None when it has none.
+    `base_dir`, the config file's directory), or None when it has none. Nothing of `private`
+    (the project's `.dstack/` and state: `code_sources.private_paths`) nor any `.dstack/` is
+    sent.
 
-    Raises CodeError naming the run for a missing path, a bad target, or more than `limit`
-    bytes (naming the biggest files).
+    Raises CodeError naming the run for a missing path, a bad target, a private path listed,
+    a symlink out of a sent directory, or more than `limit` bytes (naming the biggest files).
     """
-    entries = _entries(spec, base_dir, run, limit)
+    entries = _entries(spec, base_dir, run, limit, private)
     if entries is None:
         return None
     digest = hashlib.sha256()
@@ -93,11 +108,15 @@ def pack(
 
 
 def code_fingerprint(
-    spec: RunSpec, base_dir: Path, run: str | None = None, limit: int = DEFAULT_LIMIT
+    spec: RunSpec,
+    base_dir: Path,
+    run: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+    private: PrivatePaths | None = None,
 ) -> dict[str, Any] | None:
     """`{"sha256": content digest, "files": count}` of what `pack` would send, or None when
     the run sends no local files; raises what `pack` raises."""
-    entries = _entries(spec, base_dir, run, limit)
+    entries = _entries(spec, base_dir, run, limit, private)
     if entries is None:
         return None
     digest = hashlib.sha256()
@@ -106,11 +125,13 @@ def code_fingerprint(
     return {"sha256": digest.hexdigest(), "files": len(entries)}
 
 
-def _entries(spec: RunSpec, base_dir: Path, run: str | None, limit: int) -> list[Entry] | None:
+def _entries(
+    spec: RunSpec, base_dir: Path, run: str | None, limit: int, private: PrivatePaths | None
+) -> list[Entry] | None:
     if not local_sources(spec):
         return None
     label = run or spec.name or "run"
-    entries = collect(spec, Path(base_dir), label)
+    entries = collect(spec, Path(base_dir), label, private)
     total = sum(e.size for e in entries)
     if total > limit:
         biggest = sorted(entries, key=lambda e: -e.size)[:_BIGGEST_SHOWN]
@@ -166,4 +187,12 @@ def _file_hash(entry: Entry) -> str:
     return _hash_cache[key]
 
 
-__all__ = ["DEFAULT_LIMIT", "CodeArchive", "CodeError", "code_fingerprint", "pack"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "CodeArchive",
+    "CodeError",
+    "PrivatePaths",
+    "code_fingerprint",
+    "pack",
+    "private_paths",
+]

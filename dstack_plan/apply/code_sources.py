@@ -6,6 +6,12 @@ Targets are archive names the agent can place without guessing (see `code_archiv
 what git would commit now (tracked files with their uncommitted changes, plus untracked
 files that are not ignored); any other directory sends every file its own `.gitignore`
 files leave in. `.dstackignore` files exclude more in both cases.
+
+Never sent, whatever the ignore files say: a `.dstack/` directory (a project's state, secrets
+and tokens) and the directory of a local state file kept elsewhere (`PrivatePaths`). A
+symlink in a sent directory whose target lies outside that directory is a CodeError naming it
+(listing the link itself in `files:` sends the file it points at). A file that is not group-
+or world-readable here is sent with mode 0600 (0700 when executable), any other 0644 or 0755.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ log = logging.getLogger(__name__)
 WD, HOME, ABS = "wd", "home", "abs"
 """The archive's top-level directories: working dir, home, filesystem root."""
 GITIGNORE, DSTACKIGNORE = ".gitignore", ".dstackignore"
+PRIVATE_DIR = ".dstack"
+"""A project's own directory (state, secrets, tokens): never sent, at any depth of a tree."""
 _GIT_TIMEOUT = 60.0
 
 
@@ -47,11 +55,67 @@ class Entry:
     source: Path
     """The file whose content is sent (a symlink's own path when `link` is set)."""
     mode: int
-    """0o644 or 0o755: only the executable bit survives."""
+    """0o644 or 0o755, or 0o600 / 0o700 for a file private here (see `file_mode`)."""
     size: int
     mtime_ns: int
     link: str | None = None
     """A relative symlink that stays inside its tree is sent as a symlink with this target."""
+
+
+@dataclass(frozen=True)
+class PrivatePaths:
+    """What a project keeps for itself and never sends, by real (symlink-free) path."""
+
+    dirs: tuple[str, ...] = ()
+    """Directories never sent, nor anything below them: the project's `.dstack/`, the
+    directory of a local state file."""
+    beside: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = ()
+    """`(directory, name prefixes, names)`: the state file and its companions (backup, locks,
+    history, records) where the state lives in a directory that is sent otherwise."""
+
+    def covers(self, real: str) -> bool:
+        """Whether the file or directory at real path `real` is private."""
+        for directory in self.dirs:
+            if _within(real, directory):
+                return True
+        for directory, prefixes, names in self.beside:
+            if real.startswith(directory.rstrip("/") + "/"):
+                first = real[len(directory.rstrip("/")) + 1 :].split("/")[0]
+                if first in names or first.startswith(prefixes):
+                    return True
+        return False
+
+    def inside(self, real_root: str) -> bool:
+        """Whether anything private may lie below the directory `real_root`."""
+        places = [*self.dirs, *(d for d, _, _ in self.beside)]
+        return any(_within(place, real_root) or _within(real_root, place) for place in places)
+
+
+def private_paths(project_dir: Path, state_file: Path | None = None) -> PrivatePaths:
+    """The project's private places: its `.dstack/`, and for a local state file its
+    directory, or, when that directory is the project's own (or holds it), the state file
+    and the files kept beside it."""
+    from dstack_plan.state.events import EVENTS_RECORD  # noqa: PLC0415 - only with a state
+    from dstack_plan.state.lease import LEASE_RECORD  # noqa: PLC0415
+    from dstack_plan.state.local_records import record_path  # noqa: PLC0415
+
+    project = os.path.realpath(project_dir)
+    dirs = [os.path.join(project, PRIVATE_DIR)]
+    beside: list[tuple[str, tuple[str, ...], frozenset[str]]] = []
+    if state_file is not None:
+        state = Path(os.path.realpath(state_file))
+        directory = str(state.parent)
+        if _within(project, directory):  # the project dir itself, or one that holds it
+            records = [record_path(state, name).name for name in (EVENTS_RECORD, LEASE_RECORD)]
+            names = frozenset(records + [f"{name}.lock" for name in records])
+            beside.append((directory, (state.name, f".{state.name}"), names))
+        elif not any(_within(directory, d) for d in dirs):
+            dirs.append(directory)
+    return PrivatePaths(tuple(dirs), tuple(beside))
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def local_sources(spec: RunSpec) -> list[tuple[str, str, str]]:
@@ -61,12 +125,16 @@ def local_sources(spec: RunSpec) -> list[tuple[str, str, str]]:
     return sources
 
 
-def collect(spec: RunSpec, base_dir: Path, run: str) -> list[Entry]:
+def collect(
+    spec: RunSpec, base_dir: Path, run: str, private: PrivatePaths | None = None
+) -> list[Entry]:
     """Every file the run sends, sorted by archive name; a later entry wins a shared target.
 
     Raises CodeError naming the run for a missing local path, a target outside the working
-    dir, or a file and a directory wanting the same target.
+    dir, a file and a directory wanting the same target, a private path listed (`private`,
+    or any `.dstack/`), or a symlink out of a sent directory.
     """
+    private = private or PrivatePaths()
     chosen: dict[str, Entry] = {}
     for what, local, target in local_sources(spec):
         path = Path(os.path.expanduser(local))
@@ -80,9 +148,15 @@ def collect(spec: RunSpec, base_dir: Path, run: str) -> list[Entry]:
             ) from None
         except OSError as e:
             raise CodeError(f"{run}: {what}: cannot read {local!r}: {e.strerror}") from None
+        if PRIVATE_DIR in Path(local).parts or private.covers(os.path.realpath(path)):
+            raise CodeError(
+                f"{run}: {what}: {local!r} is in the project's private directory "
+                f"({PRIVATE_DIR}/ or the state's): its state, secrets and tokens are never sent"
+            )
         prefix = target_name(target, run, what)
         if stat.S_ISDIR(info.st_mode):
-            for entry in tree_entries(path, prefix, use_git=what == "repos"):
+            shown = f"{run}: {what}: {local!r}"
+            for entry in tree_entries(path, prefix, what == "repos", private, shown):
                 chosen[entry.arcname] = entry
         else:
             if target.endswith("/"):
@@ -132,17 +206,35 @@ def _shown(arcname: str) -> str:
     return {WD: rest, HOME: f"~/{rest}", ABS: f"/{rest}"}[top]
 
 
+def file_mode(st_mode: int) -> int:
+    """The mode a file is sent with: 0o755 when executable here, else 0o644; only the
+    owner's bits (0o700 / 0o600) when neither group nor others may read it here."""
+    mode = 0o755 if st_mode & 0o111 else 0o644
+    return mode if st_mode & 0o044 else mode & 0o700
+
+
 def _file_entry(arcname: str, path: Path, info: os.stat_result) -> Entry:
-    mode = 0o755 if info.st_mode & 0o111 else 0o644
-    return Entry(arcname, path, mode, info.st_size, info.st_mtime_ns)
+    return Entry(arcname, path, file_mode(info.st_mode), info.st_size, info.st_mtime_ns)
 
 
 # -- a directory ------------------------------------------------------------------------------
 
 
-def tree_entries(root: Path, prefix: str, use_git: bool) -> Iterator[Entry]:
-    """The entries for directory `root` placed under `prefix` (see `tree_files`)."""
+def tree_entries(
+    root: Path,
+    prefix: str,
+    use_git: bool,
+    private: PrivatePaths | None = None,
+    shown: str = "",
+) -> Iterator[Entry]:
+    """The entries for directory `root` placed under `prefix` (see `tree_files`), without
+    what is private; CodeError (starting with `shown`) for a symlink to a file outside."""
+    private = private or PrivatePaths()
+    real_root = os.path.realpath(root)
+    check_each = private.inside(real_root)
     for relative in tree_files(root, use_git):
+        if check_each and private.covers(posixpath.join(real_root, relative)):
+            continue
         path = root / relative
         try:
             info = path.lstat()
@@ -150,15 +242,26 @@ def tree_entries(root: Path, prefix: str, use_git: bool) -> Iterator[Entry]:
             continue  # deleted since it was listed (a tracked file removed but not committed)
         arcname = f"{prefix}/{relative}"
         if stat.S_ISLNK(info.st_mode):
-            entry = _link_entry(arcname, path, relative, info)
+            entry = _link_entry(arcname, path, relative, info, real_root, private, shown)
             if entry is not None:
                 yield entry
         elif stat.S_ISREG(info.st_mode):
             yield _file_entry(arcname, path, info)
 
 
-def _link_entry(arcname: str, path: Path, relative: str, info: os.stat_result) -> Entry | None:
-    """A symlink inside the tree stays one; any other is sent as the file it points at."""
+def _link_entry(
+    arcname: str,
+    path: Path,
+    relative: str,
+    info: os.stat_result,
+    real_root: str,
+    private: PrivatePaths,
+    shown: str,
+) -> Entry | None:
+    """A relative symlink inside the tree stays one; an absolute one (or one that climbs out
+    and back) to a file of the tree is sent as that file. A symlink to a file outside the
+    tree, or to a private file, is a CodeError: packing a directory must never pick up a
+    file from elsewhere on this machine (`creds -> ~/.aws/credentials`)."""
     target = os.readlink(path)
     inside = posixpath.normpath(posixpath.join(posixpath.dirname(relative), target))
     if not target.startswith("/") and inside != ".." and not inside.startswith("../"):
@@ -171,6 +274,14 @@ def _link_entry(arcname: str, path: Path, relative: str, info: os.stat_result) -
     if not stat.S_ISREG(pointed.st_mode):
         log.warning("skipping %s: a symlink to a directory outside the tree", path)
         return None
+    real = os.path.realpath(path)
+    if not _within(real, real_root) or private.covers(real):
+        where = "a private file" if private.covers(real) else "outside the directory sent"
+        raise CodeError(
+            f"{shown}: {relative} is a symlink to {target!r} ({real}), {where}; it is not "
+            "sent. Remove it or list it in a .dstackignore; to send the file it points at, "
+            "list the link itself in files:"
+        )
     return _file_entry(arcname, path, pointed)
 
 
@@ -180,6 +291,7 @@ def tree_files(root: Path, use_git: bool) -> list[str]:
     listed = _git_files(root) if use_git else None
     if listed is None:
         return _walk(root)
+    listed = [p for p in listed if PRIVATE_DIR not in p.split("/")]
     rules = IgnoreRules()
     for relative in [".dstackignore", *listed]:
         if posixpath.basename(relative) == DSTACKIGNORE:
@@ -222,7 +334,8 @@ def _git_files(root: Path) -> list[str] | None:
 
 
 def _walk(root: Path) -> list[str]:
-    """Every file under `root` that its `.gitignore` and `.dstackignore` files leave in."""
+    """Every file under `root` that its `.gitignore` and `.dstackignore` files leave in
+    (never `.git/` nor `.dstack/`)."""
     rules = IgnoreRules()
     found: list[str] = []
     for directory, dirnames, filenames in os.walk(root):
@@ -232,7 +345,7 @@ def _walk(root: Path) -> list[str]:
         kept_dirs = []
         for name in sorted(dirnames):
             relative = posixpath.join(relative_dir, name)
-            if name == ".git" or rules.ignored(relative, is_dir=True):
+            if name in (".git", PRIVATE_DIR) or rules.ignored(relative, is_dir=True):
                 continue
             if os.path.islink(os.path.join(directory, name)):
                 found.append(relative)  # a symlink: sent as a link, never followed

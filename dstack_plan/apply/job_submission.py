@@ -16,7 +16,7 @@ from typing import NamedTuple
 from dstack_plan.agent.api_models import DiskMount, JobInfo, JobStatus
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.apply.code_archive import CodeArchive
-from dstack_plan.apply.code_upload import ensure_code
+from dstack_plan.apply.code_upload import ensure_code, submit_with_code
 from dstack_plan.apply.handlers import ApplyContext
 from dstack_plan.apply.jobs import JobContext, JobSlot, build_job, run_kind, slots
 from dstack_plan.apply.machines import Machine
@@ -94,7 +94,7 @@ async def submit_jobs(
             ssh_public_key=ssh_key,
         )
         ctx.progress(address, f"submitting job {spec.id} to {job.machine.host}")
-        info = await agents[job.machine.host].submit(spec)
+        info = await submit_with_code(agents[job.machine.host], spec, code)
         return Submitted(info, job.slot, job.machine)
 
     submitted: list[Submitted] = []

@@ -10,7 +10,7 @@ from typing import Any
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.protocol import SCALED_DOWN
-from dstack_plan.apply.code_archive import CodeArchive, pack
+from dstack_plan.apply.code_archive import CodeArchive, PrivatePaths, pack
 from dstack_plan.apply.deployment import Deployment
 from dstack_plan.apply.events import plural
 from dstack_plan.apply.fleet_load import fleet_load
@@ -75,8 +75,11 @@ class RunHandler(ResourceHandler):
         code_dir: Callable[[str], Path] = lambda address: Path.cwd(),
         grow: FleetGrower | None = None,
         volumes: VolumeAttacher | None = None,
+        private: Callable[[], PrivatePaths] = PrivatePaths,
     ) -> None:
         self.machines = machines
+        self._private = private
+        """What runs never send (the project's `.dstack/`, its state: `code_sources`)."""
         self._grow = grow
         """Adds machines to a cloud fleet a run bursts to (`apply/bursting.py`)."""
         self._volumes = volumes
@@ -353,7 +356,9 @@ class RunHandler(ResourceHandler):
     def _code(self, change: ResourceChange, spec: RunSpec) -> CodeArchive | None:
         """The run's local files, packed now; refused when they are not what the plan saw
         (a saved plan applied after an edit would run other code than it showed)."""
-        archive = pack(spec, self.code_dir(change.address), run=change.address)
+        archive = pack(
+            spec, self.code_dir(change.address), run=change.address, private=self._private()
+        )
         planned = change.after.get(CODE_KEY) if change.after else None
         found = archive.fingerprint() if archive else None
         if planned is not None and found != planned:

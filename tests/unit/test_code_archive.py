@@ -75,16 +75,18 @@ def test_same_content_same_hash_changed_byte_other_hash_mtime_alone_same(tmp_pat
 
 
 def test_members_are_normalised(tmp_path: Path) -> None:
-    make_tree(tmp_path, {"run.sh": "#!/bin/sh\n", "data.txt": "d"})
+    make_tree(tmp_path, {"run.sh": "#!/bin/sh\n", "data.txt": "d", "shared.txt": "s"})
     (tmp_path / "run.sh").chmod(0o775)
-    (tmp_path / "data.txt").chmod(0o600)
-    archive = pack(task(files=["run.sh", "data.txt"]), tmp_path)
+    (tmp_path / "data.txt").chmod(0o600)  # private here: stays private (see test_code_private)
+    (tmp_path / "shared.txt").chmod(0o640)
+    archive = pack(task(files=["run.sh", "data.txt", "shared.txt"]), tmp_path)
     assert archive is not None
     found = members(archive.data)
-    assert list(found) == ["wd/data.txt", "wd/run.sh"]  # sorted
+    assert list(found) == ["wd/data.txt", "wd/run.sh", "wd/shared.txt"]  # sorted
     assert {m.name: oct(m.mode) for m in found.values()} == {
-        "wd/data.txt": "0o644",
+        "wd/data.txt": "0o600",
         "wd/run.sh": "0o755",
+        "wd/shared.txt": "0o644",
     }
     assert {(m.mtime, m.uid, m.gid, m.uname, m.gname) for m in found.values()} == {
         (0, 0, 0, "", "")
@@ -172,19 +174,22 @@ def test_an_explicitly_listed_file_is_sent_even_if_ignored(tmp_path: Path) -> No
     assert archive is not None and contents(archive.data) == {"wd/x.env": b"secret-ish"}
 
 
-def test_symlinks_inside_stay_links_outside_are_followed(tmp_path: Path) -> None:
+def test_symlinks_inside_stay_links_outside_are_refused(tmp_path: Path) -> None:
     make_tree(tmp_path, {"outside.txt": "out", "tree/real.txt": "r"})
     (tmp_path / "tree" / "inner").symlink_to("real.txt")
-    (tmp_path / "tree" / "outer").symlink_to(tmp_path / "outside.txt")
+    (tmp_path / "tree" / "absolute").symlink_to(tmp_path / "tree" / "real.txt")
     (tmp_path / "tree" / "dangling").symlink_to("missing")  # inside, kept as it is
     archive = pack(task(files=["tree:t"]), tmp_path)
     assert archive is not None
     assert contents(archive.data) == {
+        "wd/t/absolute": b"r",  # an absolute link into the tree: sent as the file
         "wd/t/dangling": "-> missing",
         "wd/t/inner": "-> real.txt",
-        "wd/t/outer": b"out",
         "wd/t/real.txt": b"r",
     }
+    (tmp_path / "tree" / "outer").symlink_to(tmp_path / "outside.txt")
+    with pytest.raises(CodeError, match="outer is a symlink to .*outside.txt"):
+        pack(task(files=["tree:t"]), tmp_path)
 
 
 def test_missing_local_path_names_the_run_and_the_path(tmp_path: Path) -> None:

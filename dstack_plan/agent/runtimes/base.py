@@ -28,8 +28,10 @@ class JobControl(Protocol):
     def mark_started(self, job: Job, **handles: Any) -> StopRequest | None:
         """The workload runs now; returns a stop that arrived before, to be carried out."""
 
-    def append_log(self, job: Job, data: bytes, cursor: str | None = None) -> None:
-        """Add output to the job's log."""
+    def append_log(
+        self, job: Job, data: bytes, cursor: str | None = None, stream: str = "out"
+    ) -> None:
+        """Add output of `stream` ("out", "err") to the job's log, secret values masked."""
 
 
 def host_network_ports(job: Job) -> list[dict[str, Any]]:

@@ -34,6 +34,9 @@ from dstack_plan.agent.runtimes.docker_logs import StreamCursor, skip_bytes
 
 log = logging.getLogger(__name__)
 
+AGENT_NOTES = "agent"
+"""The output stream of the agent's own notes in a job's log (masked apart from the job's)."""
+
 _NEVER_STARTED = "0001-01-01T00:00:00Z"
 _AMD_DEVICES = ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
 PUBLISH_IP = "127.0.0.1"
@@ -286,7 +289,7 @@ class DockerRuntime(Runtime):
             for stream, data in frames_iter(sock, tty=False):
                 if data:
                     name = "err" if stream == STDERR else "out"
-                    ctl.append_log(job, data, cursor.add(name, data))
+                    ctl.append_log(job, data, cursor.add(name, data), name)
             return True
         except Exception as e:
             log.warning("job %s: attached output broke off: %s", job.id, e)
@@ -317,6 +320,7 @@ class DockerRuntime(Runtime):
                 b"\n[dstack-plan agent] output resumed after an interruption: the engine rotated "
                 b"its log, so lines around this point may be missing or repeated\n",
                 cursor.encode(),
+                AGENT_NOTES,
             )
         while True:
             self._pump_engine(api, job, ctl, cursor, exact)
@@ -342,7 +346,7 @@ class DockerRuntime(Runtime):
                 chunks = api.logs(job.container_id, stream=True, follow=True, **kwargs)
                 for data in skip_bytes(chunks, skip):
                     with lock:
-                        ctl.append_log(job, data, cursor.add(name, data))
+                        ctl.append_log(job, data, cursor.add(name, data), name)
             except Exception as e:
                 log.warning("job %s: reading the engine's %s log failed: %s", job.id, name, e)
 
@@ -370,9 +374,11 @@ class DockerRuntime(Runtime):
             )
         container_id = found[0]["Id"]
         try:
-            state = api.inspect_container(container_id)["State"]
+            details = api.inspect_container(container_id)
         except docker.errors.NotFound as e:
             raise StartError(EXECUTOR_ERROR, "the job's container disappeared") from e
+        state = details["State"]
+        _recover_secret_values(job, ctl, details)
         if state.get("StartedAt", _NEVER_STARTED) == _NEVER_STARTED:
             api.remove_container(container_id, force=True)
             raise StartError(EXECUTOR_ERROR, "agent restarted before the container started")
@@ -424,6 +430,29 @@ class DockerRuntime(Runtime):
                 log.warning("job %s: removing the container failed: %s", job.id, _explain(e))
         for index in range(len(job.spec.disks)):
             _remove_volume(self._api(), _disk_volume(job, index))
+
+
+def _recover_secret_values(job: Job, ctl: JobControl, details: dict[str, Any]) -> None:
+    """After a restart the agent has no secret values (its records never hold them), but the
+    container's env does: the engine keeps it as long as the container exists. Read them back
+    into memory so the rest of the job's output is masked as before."""
+    names = job.spec.secret_env
+    if not names:
+        return
+    env: dict[str, str] = {}
+    for item in (details.get("Config") or {}).get("Env") or []:
+        name, _, value = str(item).partition("=")
+        env[name] = value
+    job.output.set_values(env[name] for name in names if name in env)
+    missing = [name for name in names if name not in env]
+    if missing:
+        ctl.append_log(
+            job,
+            f"\n[dstack-plan agent] after a restart, the values of {', '.join(missing)} could "
+            f"not be read back from the container: from here on they are not masked\n".encode(),
+            None,
+            AGENT_NOTES,
+        )
 
 
 def _disk_volume(job: Job, index: int) -> str:

@@ -169,6 +169,10 @@ class JobSpec(BaseModel):
     ssh: SSHAccess | None = None
     """An SSH server for the job (dev environments); left out of the request when unset, so
     agents that predate it accept the rest."""
+    mask: list[SecretStr] = []
+    """The bare values of the secrets its env uses inside larger values
+    (`postgres://u:${{ secrets.PW }}@h`): the agent masks them in the job's output too, and
+    keeps them in memory only. Left out of the request when empty."""
 
     @model_validator(mode="after")
     def _share_of_one_gpu(self) -> JobSpec:
@@ -200,8 +204,12 @@ class JobSpec(BaseModel):
         secret_env), registry credentials (if any) in clear."""
         data = self.model_dump(
             mode="json",
-            exclude={"env", "secret_env", "registry_auth", "code", "gpu_share", "disks", "ssh"},
-        )
+            exclude={
+                "env", "secret_env", "registry_auth", "code", "gpu_share", "disks", "ssh", "mask"
+            },
+        )  # fmt: skip
+        if self.mask:
+            data["mask"] = [value.get_secret_value() for value in self.mask]
         if self.ssh is not None:
             data["ssh"] = self.ssh.model_dump(mode="json")
         if self.disks:  # left out when none, so agents that predate the field accept the rest

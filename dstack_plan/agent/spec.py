@@ -126,6 +126,9 @@ class JobSpec:
     """The sha256 of an uploaded code archive, unpacked into the job before it starts."""
     ssh: SSHAccess | None = None
     """An SSH server for the job (dev environments), letting this public key in."""
+    mask: tuple[str, ...] = ()
+    """Secret values the job's env holds inside larger values (`postgres://u:PW@h`): masked
+    in its output too. Memory only: never in `to_dict`, so never in a record."""
 
     @property
     def gpu_count(self) -> int:
@@ -133,13 +136,15 @@ class JobSpec:
         return len(self.gpus) if isinstance(self.gpus, tuple) else int(self.gpus)
 
     def secret_values(self) -> list[str]:
-        """The values of the env variables named in `secret_env` (what the job's log masks);
-        none for a spec read back from a record, which holds the redaction marker instead."""
-        return [
+        """The values of the env variables named in `secret_env` and the bare secrets of
+        `mask` (what the job's log masks); none for a spec read back from a record, which
+        holds the redaction marker instead."""
+        values = [
             self.env[name]
             for name in self.secret_env
             if name in self.env and self.env[name] != REDACTED
         ]
+        return [*values, *(v for v in self.mask if v not in values)]
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
         """The spec as JSON data; with `redact`, secret env values and registry credentials
@@ -323,6 +328,7 @@ def parse_job_spec(data: Any) -> JobSpec:
             c.bad("entrypoint", "must start with a non-empty program")
 
     env, secret_env = _check_env(c)
+    mask = _check_mask(c)
     working_dir = c.optional_string("working_dir")
     user = c.optional_string("user", 129)
     if user is not None and not _USER.fullmatch(user):
@@ -372,6 +378,7 @@ def parse_job_spec(data: Any) -> JobSpec:
         entrypoint=None if entrypoint is None else tuple(entrypoint),
         env=env,
         secret_env=tuple(secret_env),
+        mask=tuple(mask),
         working_dir=working_dir,
         user=user,
         ports=tuple(ports),
@@ -576,6 +583,23 @@ def _disk_dict(disk: DiskSpec) -> dict[str, Any]:
         "container_path": disk.container_path,
         "read_only": disk.read_only,
     }
+
+
+MASK_MAX = 64
+"""Most bare secret values one job's log masks."""
+
+
+def _check_mask(c: _Checker) -> list[str]:
+    raw = c.data.get("mask", [])
+    if not isinstance(raw, list) or len(raw) > MASK_MAX:
+        c.bad("mask", f"must be a list of at most {MASK_MAX} strings")
+        return []
+    values = []
+    for index, value in enumerate(raw):
+        checked = c.string(f"mask[{index}]", value, ENV_VALUE_MAX)
+        if checked:
+            values.append(checked)
+    return values
 
 
 def _check_labels(c: _Checker) -> dict[str, str]:

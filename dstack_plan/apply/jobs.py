@@ -116,6 +116,7 @@ def build_job(
         "groups": _group_ips(spec, ctx),
     }
     env: dict[str, str | SecretStr] = {}
+    bare: dict[str, None] = {}  # the secrets' own values, for the agent to mask: in order
     for key, value in spec.env.items():
         if value is None:
             if key not in environ:
@@ -125,6 +126,7 @@ def build_job(
             env[key] = environ[key]
             continue
         env[key] = _resolve(value, values, secrets, ctx.run_name)
+        bare.update(dict.fromkeys(_secret_values(value, secrets)))
     gpus = gpus_needed(spec.resources.gpu, host_gpus)
     env.update(_dstack_env(ctx, slot, gpus))
     commands = [_plain(c, values, ctx.run_name) for c in _commands(spec, slot)]
@@ -160,7 +162,20 @@ def build_job(
         registry_auth=_credentials(spec.registry_auth, values, secrets, ctx.run_name),
         code=code,
         ssh=SSHAccess(public_key=ssh_public_key) if ssh_public_key else None,
+        # a secret that is a whole env value is masked as that value already
+        mask=[SecretStr(v) for v in bare if not any(_is(e, v) for e in env.values())],
     )
+
+
+def _is(value: str | SecretStr, secret: str) -> bool:
+    return isinstance(value, SecretStr) and value.get_secret_value() == secret
+
+
+def _secret_values(text: str, secrets: SecretStore) -> list[str]:
+    """The values of the secrets `text` refers to (`${{ secrets.X }}`)."""
+    refs = interpolation.parse_references(text)
+    names = sorted({r.name for r in refs if r.namespace == "secrets"})
+    return [secrets.get(name).reveal() for name in names]
 
 
 def _credentials(

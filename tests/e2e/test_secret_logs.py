@@ -67,3 +67,38 @@ def test_a_container_job_printing_its_secret(
     dstack: Dstack, tmp_path: Path, docker_client: Any
 ) -> None:
     check(dstack, tmp_path, ensure_busybox_image(docker_client))
+
+
+EMBEDDED = """\
+type: task
+name: prints-password
+env:
+  - DB_URL=postgres://app:${{ secrets.DB_PASSWORD }}@db:5432/main
+commands:
+  - echo "url=$DB_URL"
+  - echo "$DB_URL" | sed 's|.*://app:||; s|@.*||'
+resources: {cpu: 1.., memory: 0.1GB.., disk: 1GB..}
+"""
+
+
+def test_a_secret_inside_a_larger_value_is_masked_alone_too(
+    dstack: Dstack, tmp_path: Path
+) -> None:
+    """The agent gets the secret's bare value beside the env value that holds it, so a job
+    printing only the password prints `(sensitive)`."""
+    password = "pw-" + secrets.token_hex(10)
+    project = tmp_path / "project"
+    (project / "t.dstack.yml").write_text(EMBEDDED)
+    (project / ".dstack").mkdir(mode=0o700)
+    secrets_file = project / ".dstack" / "secrets.yml"
+    secrets_file.write_text(f"DB_PASSWORD: {password}\n")
+    secrets_file.chmod(0o600)
+    attached = dstack("apply", "-y", "--attach", timeout=120)
+    assert attached.returncode == 0, attached.stdout + attached.stderr
+    logs = dstack("logs", "prints-password")
+    for result in (attached, logs):
+        assert "url=(sensitive)" in result.stdout
+        assert "\n(sensitive)\n" in result.stdout + "\n"
+        assert password not in result.stdout + result.stderr
+    for path in (p for p in (tmp_path / "agent").rglob("*") if p.is_file()):
+        assert password.encode() not in path.read_bytes(), f"the secret value is in {path}"

@@ -19,11 +19,11 @@ from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.errors import StateError
 from dstack_plan.state import importing
 from dstack_plan.state.lock import (
-    DEFAULT_LOCK_TTL,
     LockHandle,
     LockInfo,
     acquire_with_backoff,
     default_who,
+    lock_lease,
 )
 from dstack_plan.state.model import State
 from dstack_plan.state.records import RecordSnapshot, joined, trimmed
@@ -211,15 +211,16 @@ class StateBackend(ABC):
         who: str | None = None,
         timeout: float = 0.0,
         clock: Clock | None = None,
-        ttl: float = DEFAULT_LOCK_TTL,
+        ttl: float | None = None,
     ) -> LockHandle:
         """Take the operation lock, retrying with backoff for up to `timeout` seconds.
 
-        `who` defaults to user@hostname. The handle must be released (`release()` or
-        `async with`); `hold_lock` also renews it while held.
+        `who` defaults to user@hostname, `ttl` (the lease) to `lock_lease()`. The handle must
+        be released (`release()` or `async with`); `hold_lock` also renews it while held.
         """
         clock = clock or SystemClock()
         holder = who or default_who()
+        lease = lock_lease() if ttl is None else ttl
         return await acquire_with_backoff(
-            lambda: self.try_lock(operation, holder, ttl, clock), timeout=timeout, clock=clock
+            lambda: self.try_lock(operation, holder, lease, clock), timeout=timeout, clock=clock
         )

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from dstack_plan.state.backend import StateBackend, StateConflictError, StateSnapshot
 from dstack_plan.state.model import State
+from dstack_plan.state.s3_wait import BackendUnresponsive
 
 Mutation = Callable[[State], State]
 """A re-applicable change: given the latest state, return the wanted one. Must be pure."""
@@ -28,7 +29,8 @@ def commit(
     attempt up to the backend's `commit_max_pause`) so racing writers drift apart instead of
     starving one another. Returns the stored snapshot: unchanged, and without a write, when
     `mutate` changes nothing. Raises StateConflictError after `attempts` conflicts (default:
-    the backend's `commit_attempts`).
+    the backend's `commit_attempts`), and BackendUnresponsive (saying whether this commit is
+    stored, not, or in doubt) when the backend stopped answering.
     """
     if attempts is None:
         attempts = backend.commit_attempts
@@ -36,7 +38,12 @@ def commit(
         raise ValueError("attempts must be at least 1")
     for attempt in range(1, attempts + 1):
         with backend.exclusive():
-            snapshot = backend.read()
+            try:
+                snapshot = backend.read()
+            except BackendUnresponsive as err:
+                # the backend says what it stored; this commit never got to be sent
+                outcome = f"; {err.outcome}" if err.outcome else ""
+                raise err.with_outcome(f"this commit was not stored{outcome}") from None
             proposed = mutate(snapshot.state)
             if (
                 proposed.same_content(snapshot.state)

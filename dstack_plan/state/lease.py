@@ -14,12 +14,12 @@ import logging
 import os
 import socket
 import uuid
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.state.backend import StateBackend, StateConflictError
+from dstack_plan.state.liveness import pid_space, process_gone
 
 logger = logging.getLogger(__name__)
 
@@ -58,30 +58,10 @@ class LeaseRecord(BaseModel):
         return self.model_dump_json().encode("utf-8")
 
 
-def pid_space() -> str | None:
-    """This process's PID space: the boot id and the PID namespace, or None where they
-    cannot be read. A hostname is not enough: cloned machines share one, and containers on
-    one host share the boot but not their process ids."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        namespace = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return None
-    return f"{boot}:{namespace}"
-
-
 def _holder_died(record: LeaseRecord) -> bool:
     """The holder ran in this PID space and its process is gone (killed, crashed): a watch
     started again here need not wait out the lease of the one it replaces."""
-    if record.pid_space is None or record.pid_space != pid_space() or record.pid == os.getpid():
-        return False
-    try:
-        os.kill(record.pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False  # it exists (another user's): alive
-    return False
+    return process_gone(record.pid, record.pid_space, None)
 
 
 def parse_lease(data: bytes | None) -> LeaseRecord | None:

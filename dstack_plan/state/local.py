@@ -352,7 +352,8 @@ class LocalBackend(StateBackend):
             try:
                 # A second try covers a `read_lock_info` probe holding a shared lock briefly.
                 if not _try_flock(fd, fcntl.LOCK_EX) and not _try_flock(fd, fcntl.LOCK_EX):
-                    raise lock_held_error(self.location, _holder_record(fd))
+                    holder = _holder_record(fd)
+                    raise lock_held_error(self.location, holder, clock.now(), local=True)
                 if not _is_current(fd, self.lock_info_path):
                     os.close(fd)  # the holder released and unlinked it: open the new one
                     continue

@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.errors import LockError, StateError
 from dstack_plan.state.canonical import canonical_json
+from dstack_plan.state.env import env_seconds, format_seconds
+from dstack_plan.state.liveness import process_gone, this_process
 from dstack_plan.state.model import Timestamp, timestamp
 
 if TYPE_CHECKING:
@@ -33,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_LOCK_TTL = 300.0
 """Seconds a lock stays valid without renewal; `hold_lock` renews it every third of that."""
+LOCK_LEASE_ENV = "DSTACK_PLAN_LOCK_LEASE"
+"""Sets the lock's lease (seconds, or a duration such as `90s`, `10m`) instead of 5 minutes."""
 INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 8.0
 
@@ -61,13 +65,30 @@ class LockInfo(BaseModel):
     expires: Timestamp
     path: str
     pid: int | None = None
+    host: str | None = None
+    """The holder's hostname."""
+    pid_space: str | None = None
+    """The PID space `pid` is in (`state/liveness.py`): only a process in the same one can
+    tell from `pid` whether the holder still runs."""
+    pid_start: int | None = None
+    """When the holder's process started: tells a reused pid from the holder."""
 
     @classmethod
     def new(
         cls, *, operation: str, who: str, path: str, ttl: float, clock: Clock, pid: int | None
     ) -> LockInfo:
-        """A fresh record with a random id, created now and expiring after `ttl` seconds."""
+        """A fresh record with a random id, created now and expiring after `ttl` seconds.
+
+        With this process's pid, the record also says where the process runs, so that a
+        process of the same machine can tell once it is gone (`holder_gone`).
+        """
         now = timestamp(clock)
+        space: str | None = None
+        started: int | None = None
+        if pid is not None:
+            this_pid, this_space, this_start = this_process()
+            if pid == this_pid:
+                space, started = this_space, this_start
         return cls(
             id=str(uuid.uuid4()),
             operation=operation,
@@ -76,6 +97,9 @@ class LockInfo(BaseModel):
             expires=now + timedelta(seconds=ttl),
             path=path,
             pid=pid,
+            host=socket.gethostname(),
+            pid_space=space,
+            pid_start=started,
         )
 
     @classmethod
@@ -94,6 +118,21 @@ class LockInfo(BaseModel):
         """True once `now` (epoch seconds) is past `expires`."""
         return now >= self.expires.timestamp()
 
+    def holder_gone(self) -> bool:
+        """True when the holder ran on this machine (in this PID space) and its process no
+        longer runs (killed, crashed; or its pid now runs another program): its lock need
+        not be waited out. False when that cannot be told from here."""
+        return process_gone(self.pid, self.pid_space, self.pid_start)
+
+    def age(self, now: float) -> str:
+        """How long ago the lock was taken, for messages: `3m12s`."""
+        return format_seconds(max(0.0, now - self.created.timestamp()))
+
+    def process(self) -> str:
+        """The holder's process for messages: `pid 4242 on ci-runner-7`, `pid 4242`."""
+        pid = f"pid {self.pid}" if self.pid is not None else "pid unknown"
+        return f"{pid} on {self.host}" if self.host else pid
+
     def to_json(self) -> str:
         """Canonical JSON of the record (what a backend stores)."""
         return canonical_json(self.model_dump(mode="json", exclude_none=True))
@@ -108,22 +147,64 @@ class LockInfo(BaseModel):
             ("Created", self.created.strftime("%Y-%m-%d %H:%M:%S UTC")),
             ("Expires", self.expires.strftime("%Y-%m-%d %H:%M:%S UTC")),
         ]
+        if self.host is not None:
+            rows.append(("Host", self.host))
         if self.pid is not None:
             rows.append(("PID", str(self.pid)))
         return "Lock Info:\n" + "\n".join(f"  {k + ':':<11}{v}" for k, v in rows)
 
 
-def lock_held_error(location: str, holder: LockInfo | None) -> LockError:
-    """The error for a lock held by someone else, with the holder's record when known."""
+def lock_lease() -> float:
+    """The lock's lease in seconds: $DSTACK_PLAN_LOCK_LEASE, else 5 minutes."""
+    return env_seconds(LOCK_LEASE_ENV, DEFAULT_LOCK_TTL)
+
+
+def lock_held_error(
+    location: str, holder: LockInfo | None, now: float | None = None, *, local: bool = False
+) -> LockError:
+    """The error for a lock held by someone else: who holds it, since when, and how to get
+    it (wait, `--lock-timeout`, or `dstack state unlock ID` once its holder is gone).
+
+    `local` for a lock that lives as long as its holder's process (the local backend's
+    flock): then the holder runs, and stopping it is what frees the lock. `now` (epoch
+    seconds, default the system clock's) dates the holder's age.
+    """
+    if now is None:
+        now = SystemClock().now()
     if holder is None:
-        detail = "Lock Info: (not readable yet: the holder is still writing it)"
-    else:
-        detail = holder.describe()
-    return LockError(
-        f"Error acquiring the state lock: {location} is locked by another operation.\n{detail}\n"
-        "Wait for that operation to finish, or retry with --lock-timeout.",
-        holder,
+        return LockError(
+            f"Error acquiring the state lock: {location} is locked by another operation.\n"
+            "Lock Info: (not readable yet: the holder is still writing it)\n"
+            "Wait for that operation to finish, or retry with --lock-timeout SECONDS.",
+            None,
+        )
+    head = (
+        f"Error acquiring the state lock: {location} is locked by another operation:"
+        f" {holder.operation} by {holder.who} ({holder.process()}), started"
+        f" {holder.age(now)} ago.\n"
+        f"{holder.describe()}\n"
     )
+    unlock = f"dstack state unlock {holder.id}"
+    if local:
+        advice = (
+            f"Wait for that {holder.operation} to finish (or retry with --lock-timeout"
+            f" SECONDS), or stop its process ({holder.process()}): a local lock is released"
+            f" when its process exits. `{unlock}` removes the lock only once no process holds"
+            " it."
+        )
+    else:
+        left = holder.expires.timestamp() - now
+        lease = (
+            f"Unless renewed, its lease runs out in {format_seconds(left)}"
+            f" ({holder.expires.strftime('%Y-%m-%d %H:%M:%S UTC')}); then the next operation"
+            " takes it over."
+        )
+        advice = (
+            f"If that {holder.operation} still runs, wait for it to finish (or retry with"
+            " --lock-timeout SECONDS). If it does not (killed, or its machine is gone),"
+            f" remove the lock:\n  {unlock}\n{lease}"
+        )
+    return LockError(head + advice, holder)
 
 
 class LockHandle(ABC):
@@ -232,15 +313,17 @@ async def hold_lock(
     who: str | None = None,
     timeout: float = 0.0,
     clock: Clock | None = None,
-    ttl: float = DEFAULT_LOCK_TTL,
+    ttl: float | None = None,
     renew: bool = True,
 ) -> AsyncIterator[LockHandle]:
     """Hold the operation lock for the body, renewing it every ttl/3 in the background.
 
-    Pass `renew=False` with a FakeClock: a fake sleep returns at once, so the renewal loop
-    would spin.
+    `ttl` defaults to `lock_lease()` ($DSTACK_PLAN_LOCK_LEASE, else 5 minutes). Pass
+    `renew=False` with a FakeClock: a fake sleep returns at once, so the renewal loop would
+    spin.
     """
     clock = clock or SystemClock()
+    ttl = lock_lease() if ttl is None else ttl
     handle = await backend.lock(operation, who=who, timeout=timeout, clock=clock, ttl=ttl)
     renewer = asyncio.create_task(_keep_alive(handle, clock, ttl / 3)) if renew else None
     try:

@@ -11,12 +11,19 @@ Objects, for a state at `team/state.json`:
 Every write is a conditional PutObject (`If-Match` on the ETag read, `If-None-Match: *` for
 the first one), so two writers can never both win; the loser gets StateConflictError and
 `commit` re-reads and re-applies.
+
+An endpoint that stops answering fails the command after a bound (`state/s3_wait.py`) with
+a BackendUnresponsive that says what this backend committed and what not: "nothing was
+committed", or which resources' commit is in doubt (a put that got no answer may or may not
+have landed).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from dstack_plan.clock import Clock
@@ -46,6 +53,7 @@ from dstack_plan.state.s3_objects import (
     S3Objects,
     sha256_hex,
 )
+from dstack_plan.state.s3_wait import BackendUnresponsive, WaitBudget
 from dstack_plan.state.secrets import SecretGuard
 
 logger = logging.getLogger(__name__)
@@ -71,10 +79,11 @@ class S3Backend(StateBackend):
         *,
         secret_guard: SecretGuard | None = None,
         client: Any | None = None,
+        budget: WaitBudget | None = None,
     ) -> None:
         self.where = where
         self.secret_guard = secret_guard if secret_guard is not None else SecretGuard()
-        self.objects = S3Objects(where, client)
+        self.objects = S3Objects(where, client, budget=budget)
         self.backup_key = where.key + ".backup"
         self.lock_key = where.key + ".lock"
         self._versioning: bool | None = None
@@ -84,6 +93,9 @@ class S3Backend(StateBackend):
         asks S3 for it only if it changed (If-None-Match), a write based on it sends no GET.
         A 10,000-resource state is 13 MB to fetch and half a second to parse."""
         self._renderer = Renderer()
+        self._committed: list[int] = []
+        """The serials this backend stored (this command's commits), for the message of an
+        endpoint that stopped answering."""
 
     @property
     def location(self) -> str:
@@ -99,6 +111,27 @@ class S3Backend(StateBackend):
             if self._versioning is None:
                 self._versioning = self.objects.versioning_enabled()
             return self._versioning
+
+    # --- an endpoint that does not answer ------------------------------------------------
+
+    def _stored_so_far(self) -> str:
+        """What this backend committed: nothing, or up to which serial."""
+        if not self._committed:
+            return "nothing was committed"
+        return (
+            f"this command's commits up to serial {max(self._committed)} are stored, nothing"
+            " after them"
+        )
+
+    @contextmanager
+    def _unresponsive(self, outcome: Callable[[], str] | None = None) -> Iterator[None]:
+        """Say, in a BackendUnresponsive raised inside, what was committed and what not."""
+        try:
+            yield
+        except BackendUnresponsive as err:
+            if err.outcome is not None:
+                raise
+            raise err.with_outcome((outcome or self._stored_so_far)()) from None
 
     # --- state ---------------------------------------------------------------------------
 
@@ -130,7 +163,8 @@ class S3Backend(StateBackend):
         return self._last
 
     def read(self) -> StateSnapshot:
-        state, version, _ = self._load()
+        with self._unresponsive():
+            state, version, _ = self._load()
         return StateSnapshot(state if state is not None else State.empty(), version)
 
     def _conflict(self, current: str, expected: str) -> StateConflictError:
@@ -150,7 +184,8 @@ class S3Backend(StateBackend):
             # refuses the write if the object is no longer that version, so no GET is needed
             current, version, body = last
         else:
-            current, version, body = self._load()
+            with self._unresponsive(lambda: self._not_stored(None, None)):
+                current, version, body = self._load()
         if version != expected:
             raise self._conflict(version, expected)
         to_write = prepare_write(current, new_state, self.location)
@@ -159,28 +194,56 @@ class S3Backend(StateBackend):
                 return StateSnapshot(new_state.model_copy(update={"serial": 0}), ABSENT)
             return StateSnapshot(current, version)
         try:
-            if current is not None and not self.versioning_enabled():
-                # the bytes just read and checked, not a server-side copy: the backup is
-                # then exactly the version this write replaces (and moto's concurrent
-                # CopyObject is racy)
-                self.objects.put(self.backup_key, body, expected=ANY_VERSION, content_type=_JSON)
+            with self._unresponsive(lambda: self._not_stored(current, to_write)):
+                if current is not None and not self.versioning_enabled():
+                    # the bytes just read and checked, not a server-side copy: the backup is
+                    # then exactly the version this write replaces (and moto's concurrent
+                    # CopyObject is racy)
+                    self.objects.put(
+                        self.backup_key, body, expected=ANY_VERSION, content_type=_JSON
+                    )
             data = self._renderer.render(to_write)
-            etag = self.objects.put(
-                self.where.key,
-                data,
-                expected=None if current is None else version,
-                content_type=_JSON,
-            )
+            with self._unresponsive(lambda: self._in_doubt(current, to_write)):
+                etag = self.objects.put(
+                    self.where.key,
+                    data,
+                    expected=None if current is None else version,
+                    content_type=_JSON,
+                )
         except PreconditionFailed:
             self._last = None  # someone else wrote: read it anew next time
             raise self._conflict("(changed)", expected) from None
+        except BackendUnresponsive:
+            self._last = None  # the object may have changed: read it anew next time
+            raise
         self._last = (to_write, etag, data)
+        self._committed.append(to_write.serial)
         return StateSnapshot(to_write, etag)
+
+    def _not_stored(self, current: State | None, new: State | None) -> str:
+        """The outcome of a commit that failed before its state was sent."""
+        return f"{_commit_of(current, new)} was not stored; {self._stored_so_far()}"
+
+    def _in_doubt(self, current: State | None, new: State) -> str:
+        """The outcome of a commit whose put got no answer: it may have landed."""
+        stored = "nothing else was committed"
+        if self._committed:
+            stored = (
+                f"this command's other commits, up to serial {max(self._committed)}, are stored"
+            )
+        return (
+            f"{_commit_of(current, new)} is in doubt: it may or may not have been stored"
+            f" (`dstack state list` tells once the backend answers); {stored}"
+        )
 
     # --- earlier versions ----------------------------------------------------------------
 
     def history(self) -> list[StateVersion]:
         """Versions from S3 versioning when enabled, else the current object and its backup."""
+        with self._unresponsive():
+            return self._history()
+
+    def _history(self) -> list[StateVersion]:
         found: list[StateVersion] = []
         if self.versioning_enabled():
             for entry in self.objects.versions(self.where.key, HISTORY_LIMIT):
@@ -215,6 +278,10 @@ class S3Backend(StateBackend):
     def read_version(self, version_id: str) -> State:
         """The state stored as `version_id`: an S3 version id, or (unversioned) the key of the
         state or of its backup."""
+        with self._unresponsive():
+            return self._read_version(version_id)
+
+    def _read_version(self, version_id: str) -> State:
         source = f"{self.location} (version {version_id})"
         if version_id in (self.where.key, self.backup_key):
             obj = self.objects.get(version_id)
@@ -236,11 +303,17 @@ class S3Backend(StateBackend):
         return f"{self.where.key}.{name}"
 
     def read_record(self, name: str) -> RecordSnapshot:
-        obj = self.objects.get(self.record_key(name))
+        key = self.record_key(name)
+        with self._unresponsive():
+            obj = self.objects.get(key)
         return RecordSnapshot(None, ABSENT) if obj is None else RecordSnapshot(obj.body, obj.etag)
 
     def write_record(self, name: str, data: bytes | None, expected: str) -> str:
         key = self.record_key(name)
+        with self._unresponsive():
+            return self._write_record(key, data, expected)
+
+    def _write_record(self, key: str, data: bytes | None, expected: str) -> str:
         try:
             if data is not None:
                 condition = None if expected == ABSENT else expected
@@ -260,19 +333,38 @@ class S3Backend(StateBackend):
     # --- operation lock ------------------------------------------------------------------
 
     def try_lock(self, operation: str, who: str, ttl: float, clock: Clock) -> S3LockHandle:
-        return s3_lock.try_lock(
-            self.objects,
-            self.lock_key,
-            location=self.location,
-            operation=operation,
-            who=who,
-            ttl=ttl,
-            clock=clock,
-        )
+        with self._unresponsive():
+            return s3_lock.try_lock(
+                self.objects,
+                self.lock_key,
+                location=self.location,
+                operation=operation,
+                who=who,
+                ttl=ttl,
+                clock=clock,
+            )
 
     def unlock(self, lock_id: str) -> None:
-        s3_lock.unlock(self.objects, self.lock_key, location=self.location, lock_id=lock_id)
+        with self._unresponsive():
+            s3_lock.unlock(self.objects, self.lock_key, location=self.location, lock_id=lock_id)
 
     def read_lock_info(self) -> LockInfo | None:
-        obj = s3_lock.read_lock(self.objects, self.lock_key)
+        with self._unresponsive():
+            obj = s3_lock.read_lock(self.objects, self.lock_key)
         return None if obj is None else LockInfo.parse(obj.body)
+
+
+def _commit_of(current: State | None, new: State | None) -> str:
+    """`the commit of task.a, fleet.b` (the addresses whose entries it changes), for
+    messages; `this commit` when that is not known."""
+    if new is None:
+        return "this commit"
+    before = current.resources if current is not None else {}
+    after = new.resources
+    changed = sorted(a for a in before.keys() | after.keys() if before.get(a) != after.get(a))
+    if not changed:
+        return "this commit"
+    shown = ", ".join(changed[:5])
+    if len(changed) > 5:
+        shown += f" and {len(changed) - 5} more"
+    return f"the commit of {shown}"

@@ -1,10 +1,11 @@
 """The operation lock of the s3 backend: an object `<key>.lock` holding the LockInfo JSON.
 
 Taken with `If-None-Match: *`, renewed with `If-Match` on its ETag, released by a delete
-conditional on that ETag. A holder that dies stops renewing; once its `expires` has passed
-the next `try_lock` takes the lock over (a conditional put on the dead holder's ETag, so two
-takers cannot both win) and logs a warning naming who held it. Only the holder's ETag can
-renew or release, so a holder whose lock was taken over finds out (LockError) instead of
+conditional on that ETag. A holder that dies stops renewing; the next `try_lock` takes the
+lock over (a conditional put on the dead holder's ETag, so two takers cannot both win) and
+logs a warning naming who held it: at once when the holder ran on this machine (in this PID
+space) and its process is gone, else once its `expires` has passed. Only the holder's ETag
+can renew or release, so a holder whose lock was taken over finds out (LockError) instead of
 overwriting the new owner's record.
 """
 
@@ -17,6 +18,7 @@ from dstack_plan.clock import Clock
 from dstack_plan.errors import LockError, StateError
 from dstack_plan.state.lock import LockHandle, LockInfo, lock_held_error
 from dstack_plan.state.s3_objects import PreconditionFailed, S3Object, S3Objects
+from dstack_plan.state.s3_wait import BackendUnresponsive
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,18 @@ class S3LockHandle(LockHandle):
                 self._objects.url(self._key),
                 self.info.id,
             )
+        except StateError as err:
+            # Not worth failing a command that did its work (nor hiding the error of one
+            # that did not): the lock is left, and goes once this process has exited.
+            logger.warning(
+                "could not release the state lock %s: %s\nThe next operation on this"
+                " machine takes it over; elsewhere `dstack state unlock %s` removes it (or"
+                " wait until its lease runs out at %s).",
+                self.info.id,
+                err,
+                self.info.id,
+                self.info.expires.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            )
 
 
 def read_lock(objects: S3Objects, key: str) -> S3Object | None:
@@ -91,14 +105,26 @@ def try_lock(
     ttl: float,
     clock: Clock,
 ) -> S3LockHandle:
-    """Create the lock object, or take it over if its holder let it expire; LockError if held."""
+    """Create the lock object, or take it over if its holder is gone or let it expire;
+    LockError naming the holder (and how to unlock it) if it is held."""
     info = LockInfo.new(
         operation=operation, who=who, path=location, ttl=ttl, clock=clock, pid=os.getpid()
     )
     body = info.to_json().encode("utf-8")
+
+    def put(expected: str | None) -> str:
+        try:
+            return objects.put(key, body, expected=expected, content_type=LOCK_CONTENT_TYPE)
+        except BackendUnresponsive as err:  # the put may have landed after all
+            raise err.with_note(
+                f"The lock {objects.url(key)} may have been taken as {info.id}: the next"
+                " operation on this machine takes it over once this one has exited;"
+                f" elsewhere `dstack state unlock {info.id}` removes it"
+            ) from None
+
     for _ in range(_TAKE_ATTEMPTS):
         try:
-            etag = objects.put(key, body, expected=None, content_type=LOCK_CONTENT_TYPE)
+            etag = put(None)
             return S3LockHandle(objects, key, info, etag, ttl=ttl, clock=clock)
         except PreconditionFailed:
             pass
@@ -106,14 +132,24 @@ def try_lock(
         if current is None:
             continue  # released between our put and our read: try again
         holder = LockInfo.parse(current.body)
-        if not _expired(current, holder, ttl, clock):
-            raise lock_held_error(location, holder)
+        gone = holder is not None and holder.holder_gone()
+        if not gone and not _expired(current, holder, ttl, clock):
+            raise lock_held_error(location, holder, clock.now())
         try:
-            etag = objects.put(key, body, expected=current.etag, content_type=LOCK_CONTENT_TYPE)
+            etag = put(current.etag)
         except PreconditionFailed:
             continue  # renewed, released or taken by someone else meanwhile: look again
         if holder is None:
             logger.warning("%s: took over an unreadable state lock record", location)
+        elif gone:
+            logger.warning(
+                "%s: took over the lock of %s by %s (pid %s, which no longer runs; lock %s)",
+                location,
+                holder.operation,
+                holder.who,
+                holder.pid,
+                holder.id,
+            )
         else:
             logger.warning(
                 "%s: took over the expired state lock %s of %s (operation %s, expired %s)",

@@ -5,24 +5,38 @@ only, so `dstack` commands that never touch S3 do not pay for it (or need it). E
 becomes a StateError naming the `s3://` URL; a failed precondition is returned to the caller
 (it decides between a conflict and a lost lock). Credentials never appear: they come from
 boto3's chain and botocore's messages do not carry them.
+
+Every request runs under the backend's `WaitBudget` (`state/s3_wait.py`): an endpoint that
+does not answer fails the command with `BackendUnresponsive` after the bound (20 s by
+default), however many requests and retries were waiting on it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from dstack_plan.errors import StateError
 from dstack_plan.state.s3_location import S3Location
+from dstack_plan.state.s3_wait import (
+    BackendUnresponsive,
+    WaitBudget,
+    backend_timeout,
+    call_within,
+)
+
+T = TypeVar("T")
 
 AWS_EXTRA_HINT = "pip install 'dstack-plan[aws]'"
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 15.0
 MAX_ATTEMPTS = 3
-"""botocore's standard retry mode: 3 attempts in all, so a dead endpoint fails in seconds."""
+"""botocore's standard retry mode: 3 attempts in all, so a refused connection fails in
+seconds; a hung endpoint is bounded by the backend's WaitBudget."""
 SHA256_META = "sha256"
 """Object metadata (`x-amz-meta-sha256`) holding the hex sha256 of the body."""
 # A failed If-Match / If-None-Match: 412, 409 when racing another conditional write, and
@@ -86,6 +100,14 @@ def make_client(where: S3Location) -> Any:
         raise StateError(f"{where.object_url}: cannot set up the S3 client: {err}") from None
 
 
+def _no_answer(err: BaseException) -> bool:
+    """True for a request that got no answer: connecting failed or timed out, the
+    connection closed or a read timed out (an error status is an answer)."""
+    from botocore.exceptions import ConnectionError, HTTPClientError
+
+    return isinstance(err, (ConnectionError, HTTPClientError))
+
+
 def _error_code(err: Any) -> tuple[str, str]:
     error = err.response.get("Error", {})
     status = str(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
@@ -95,8 +117,12 @@ def _error_code(err: Any) -> tuple[str, str]:
 class S3Objects:
     """Get, put and delete objects of one bucket, translating every error (see module)."""
 
-    def __init__(self, where: S3Location, client: Any | None = None) -> None:
+    def __init__(
+        self, where: S3Location, client: Any | None = None, *, budget: WaitBudget | None = None
+    ) -> None:
         self.where = where
+        self.budget = budget if budget is not None else WaitBudget(backend_timeout())
+        """How long this backend's requests may still wait without an answer."""
         self._client = client
         self._client_lock = threading.Lock()
 
@@ -110,6 +136,14 @@ class S3Objects:
 
     def url(self, key: str) -> str:
         return f"s3://{self.where.bucket}/{key}"
+
+    def unresponsive(self) -> BackendUnresponsive:
+        """The error for an endpoint that did not answer within the budget's bound."""
+        return BackendUnresponsive(self.where.object_url, self.budget.bound)
+
+    def _within(self, request: Callable[[], T]) -> T:
+        """Run one request (with botocore's retries) under the wait budget."""
+        return call_within(self.budget, request, _no_answer, self.unresponsive)
 
     def _fail(self, key: str, what: str, err: Exception) -> StateError:
         from botocore.exceptions import ClientError
@@ -127,8 +161,11 @@ class S3Objects:
         """Call `client.<method>`; PreconditionFailed on a failed condition, else StateError."""
         from botocore.exceptions import BotoCoreError, ClientError
 
+        client = self.client
         try:
-            return getattr(self.client, method)(Bucket=self.where.bucket, Key=key, **kwargs)
+            return self._within(
+                lambda: getattr(client, method)(Bucket=self.where.bucket, Key=key, **kwargs)
+            )
         except ClientError as err:
             code, _ = _error_code(err)
             conditional = any(k.startswith(("If", "CopySourceIf")) for k in kwargs)
@@ -157,9 +194,14 @@ class S3Objects:
         extra: dict[str, str] = {"VersionId": version_id} if version_id else {}
         if unless_etag is not None:
             extra["IfNoneMatch"] = unless_etag
+        client = self.client
+
+        def request() -> tuple[dict[str, Any], bytes]:
+            reply = client.get_object(Bucket=self.where.bucket, Key=key, **extra)
+            return reply, reply["Body"].read()
+
         try:
-            reply = self.client.get_object(Bucket=self.where.bucket, Key=key, **extra)
-            body = reply["Body"].read()
+            reply, body = self._within(request)
         except ClientError as err:
             code = _error_code(err)[0]
             if unless_etag is not None and code in ("304", "NotModified"):
@@ -215,8 +257,9 @@ class S3Objects:
         """True when the bucket keeps old versions (GetBucketVersioning says Enabled)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
+        client = self.client
         try:
-            reply = self.client.get_bucket_versioning(Bucket=self.where.bucket)
+            reply = self._within(lambda: client.get_bucket_versioning(Bucket=self.where.bucket))
         except ClientError as err:
             if _error_code(err)[0] == "AccessDenied":
                 return False  # cannot tell: keep our own backup, which is always safe
@@ -229,15 +272,21 @@ class S3Objects:
         """Up to `limit` versions of `key` (not delete markers), newest first."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        found: list[dict[str, Any]] = []
-        try:
-            pages = self.client.get_paginator("list_object_versions").paginate(
+        client = self.client
+
+        def request() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = []
+            pages = client.get_paginator("list_object_versions").paginate(
                 Bucket=self.where.bucket, Prefix=key
             )
             for page in pages:
                 found.extend(v for v in page.get("Versions", []) if v["Key"] == key)
                 if len(found) >= limit:
                     break
+            return found
+
+        try:
+            found = self._within(request)
         except (ClientError, BotoCoreError) as err:
             raise self._fail(key, "list the versions of", err) from None
         found.sort(key=lambda v: v["LastModified"], reverse=True)

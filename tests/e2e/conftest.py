@@ -47,13 +47,26 @@ def cli_env(agent_dir: Path, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def dstack(cli_env: dict[str, str], tmp_path: Path) -> Dstack:
-    """Run `dstack ARGS...` in the project dir (default tmp_path/project)."""
+def secret_scan(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[SecretScan]:
+    """After the test, no secret value it used is anywhere README and docs/agent.md say it
+    never goes: the CLI's output (every `dstack` call of the test), state and plan files, the
+    event log and every other file of the projects' `.dstack/` (but the secrets file), and
+    the agents' data dirs (the local one, and the SSH hosts' under tmp_path). The values are
+    those of every `.dstack/secrets.yml` under tmp_path and every `DSTACK_SECRET_*`."""
+    scan = SecretScan()
+    yield scan
+    scan.check(tmp_path, cli_env)
+
+
+@pytest.fixture
+def dstack(cli_env: dict[str, str], tmp_path: Path, secret_scan: SecretScan) -> Dstack:
+    """Run `dstack ARGS...` in the project dir (default tmp_path/project); its output is
+    kept for the secret scan."""
 
     def run(
         *args: str, cwd: Path | None = None, stdin: str | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess:
-        return subprocess.run(
+        done = subprocess.run(
             [*CLI, *args],
             cwd=cwd or tmp_path / "project",
             env=cli_env,
@@ -62,9 +75,63 @@ def dstack(cli_env: dict[str, str], tmp_path: Path) -> Dstack:
             text=True,
             timeout=timeout,
         )
+        secret_scan.outputs.append((" ".join(args), f"{done.stdout}{done.stderr}"))
+        return done
 
     (tmp_path / "project").mkdir(exist_ok=True)
     return run
+
+
+class SecretScan:
+    """What the `secret_scan` fixture checks after a test (see it)."""
+
+    MIN_LENGTH = 6
+    """Shorter values (a test's `1`) would be found everywhere and prove nothing."""
+
+    def __init__(self) -> None:
+        self.outputs: list[tuple[str, str]] = []
+        """(the command's arguments, what it printed) of each `dstack` call."""
+
+    def values(self, root: Path, cli_env: dict[str, str]) -> set[str]:
+        import yaml
+
+        found = {v for k, v in cli_env.items() if k.startswith("DSTACK_SECRET_")}
+        for path in root.rglob(".dstack/secrets.yml"):
+            data = yaml.safe_load(path.read_text()) or {}
+            found |= {str(v) for v in data.values()} if isinstance(data, dict) else set()
+        return {v for v in found if len(v) >= self.MIN_LENGTH}
+
+    def check(self, root: Path, cli_env: dict[str, str]) -> None:
+        values = self.values(root, cli_env)
+        if not values:
+            return
+        where: list[str] = []
+        for args, printed in self.outputs:
+            where += [f"the output of `dstack {args}`" for v in values if v in printed]
+        for path in _never_holding_secrets(root):
+            data = path.read_bytes()
+            where += [str(path) for v in values if v.encode() in data]
+        assert not where, "a secret value is where it must never be: " + "; ".join(where)
+
+
+_SECRET_FILES = frozenset({"secrets.yml", "ui-token", "service-token"})
+"""What a project's `.dstack/` keeps secret on purpose (a test may give them one value)."""
+
+
+def _never_holding_secrets(root: Path) -> Iterator[Path]:
+    """The files of `root` that never hold a secret value: the projects' `.dstack/` (but the
+    secrets file), the local agent's dir (`agent/`) and the SSH hosts' agents' data dirs
+    (`hosts/NODE/data/`): job records, logs, blobs."""
+    for path in root.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        parts = path.relative_to(root).parts
+        if "work" in parts:  # a job's own working files are the job's business
+            continue
+        if ".dstack" in parts and path.name not in _SECRET_FILES:
+            yield path
+        elif parts[0] == "agent" or ("hosts" in parts and "data" in parts):
+            yield path
 
 
 def fake_nvidia_smi(directory: Path, script: str) -> Path:

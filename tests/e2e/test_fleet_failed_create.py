@@ -113,3 +113,48 @@ def test_destroy_reports_a_host_it_cannot_reach_and_force_forgets_it(
         assert state(project)["resources"] == {}
     finally:
         ssh_hosts.start("h2")
+
+
+def test_a_fleet_with_an_unresolvable_host_is_destroyed(
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+    agent_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process, where `.invalid` names fail to resolve as a resolver answers them
+    (tests/infra/network_guard.py): the create fails on that host, its other host gets an
+    agent, and destroy stops that one without trying the host that never resolved."""
+    import asyncio
+
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.plan.planner import PlanOptions
+    from dstack_plan.project import Project
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DSTACK_PLAN_SSH_AGENT_DIR", str(remote))
+    monkeypatch.setenv("DSTACK_PLAN_AGENT_DIR", str(agent_dir))
+    project = tmp_path / "project"
+    project.mkdir()
+    _fleet(project, ssh_hosts, ("h1",))
+    path = project / "fleet.dstack.yml"
+    path.write_text(path.read_text() + "    - gone.invalid\n")
+
+    async def apply(destroy: bool = False) -> bool:
+        opened = Project(project)
+        try:
+            async with opened.locked("apply"):
+                plan, _ = await opened.plan(PlanOptions(destroy=destroy))
+                return (await opened.apply(plan)).ok
+        finally:
+            await opened.close()
+
+    assert asyncio.run(apply()) is False
+    assert state(project)["resources"]["fleet.onprem"]["tainted"]
+    assert agents_running(remote) == {"h1"}
+    try:
+        assert asyncio.run(apply(destroy=True)) is True
+    except DstackPlanError as e:
+        raise AssertionError(f"destroy failed: {e}") from e
+    assert state(project)["resources"] == {}
+    assert agents_running(remote) == set()

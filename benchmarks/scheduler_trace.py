@@ -39,8 +39,8 @@ from dstack_plan.scheduler.packing import (  # noqa: E402
     fits,
 )
 
-DATA = Path(__file__).resolve().parent.parent.parent / "shared/data/alibaba-gpu-v2023"
-"""The default trace: beside the project, as the shared reference material is."""
+DATA = Path(__file__).resolve().parent / "data" / "alibaba-gpu-v2023"
+"""The default trace, committed with the benchmarks (its README says where it comes from)."""
 POLICIES = ("ours", "fgd", "best_fit", "first_fit", "random_fit", "dot_product")
 LEVELS = (80, 90, 100, 110)
 QUEUE = 10_000

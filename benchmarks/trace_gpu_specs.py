@@ -21,7 +21,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-v2023"
+DATA = Path(__file__).resolve().parent / "data" / "alibaba-gpu-v2023"
 
 
 def gpus_by_model(nodes: Path) -> Counter[str]:

@@ -28,7 +28,8 @@ def run_main(
     return int(exit_info.value.code or 0), out.out, out.err
 
 
-SHARED_DIR = REPO_ROOT.parent / "shared"
+DSTACK_EXAMPLES = REPO_ROOT / "tests" / "data" / "dstack-examples"
+"""Real configurations from dstack's repository (MPL-2.0: its NOTICE.md)."""
 
 
 @pytest.fixture(autouse=True, scope="session")

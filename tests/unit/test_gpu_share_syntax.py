@@ -20,7 +20,7 @@ from dstack_plan.config.loader import load_text
 from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.plan.normalize import spec_from_normalized
-from tests.conftest import REPO_ROOT, SHARED_DIR
+from tests.conftest import DSTACK_EXAMPLES, REPO_ROOT
 from tests.unit.test_resources import GPU_FORMS
 
 NVIDIA = GPUVendor.NVIDIA
@@ -328,8 +328,7 @@ def _corpus() -> list[tuple[str, str]]:
 
 
 def _config_files() -> list[Path]:
-    examples = SHARED_DIR / "conformance" / "dstack-examples"
-    files = sorted(examples.iterdir()) if examples.is_dir() else []
+    files = sorted(DSTACK_EXAMPLES.glob("*.dstack.yml"))
     return [*files, *sorted((REPO_ROOT / "examples").rglob("*.dstack.yml"))]
 
 

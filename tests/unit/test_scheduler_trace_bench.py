@@ -12,10 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from tests.conftest import SHARED_DIR, require
-
 ROOT = Path(__file__).resolve().parents[2]
-DATA = SHARED_DIR / "data" / "alibaba-gpu-v2023"
+DATA = ROOT / "benchmarks" / "data" / "alibaba-gpu-v2023"
 POLICIES = {"ours", "fgd", "best_fit", "first_fit", "random_fit", "dot_product"}
 
 
@@ -42,9 +40,6 @@ def sample(source: Path, target: Path, rows: int, step: int) -> Path:
 
 @pytest.fixture
 def trace(tmp_path: Path) -> tuple[Path, Path]:
-    if not DATA.exists():
-        # the trace sits beside the project, as the conformance configs do: CI demands both
-        require("DSTACK_PLAN_REQUIRE_CONFORMANCE", f"{DATA} is not here")
     nodes = sample(DATA / "openb_node_list_gpu_node.csv", tmp_path / "nodes.csv", 60, 20)
     pods = sample(DATA / "openb_pod_list_default.csv", tmp_path / "pods.csv", 400, 20)
     return nodes, pods

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import yaml
@@ -98,7 +97,6 @@ def test_fuzz_corpus_reaches_several_kinds(tmp_path: Path) -> None:
 # --- hostile YAML: merge keys, explicit tags, anchors and aliases, odd characters ----------
 # Strategies that would have found the internal errors, blow-ups and 1:1 locations of issue 11.
 
-SECONDS = 5.0
 TAGS = [
     "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp", "!!binary", "!!map",
     "!!seq", "!!set", "!!omap", "!!pairs", "!!merge", "!custom", "!!python/name:os.system",
@@ -169,22 +167,16 @@ def mutated_texts(draw: st.DrawFn) -> str:
     return "".join(lines)
 
 
-def check_quickly(text: str) -> None:
-    started = time.perf_counter()
-    check(text)
-    assert time.perf_counter() - started < SECONDS
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(hostile_documents())
 def test_tags_anchors_aliases_and_merge_keys(text: str) -> None:
-    check_quickly(text)
+    check(text)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(mutated_texts())
 def test_real_configs_with_repeats_tabs_and_odd_characters(text: str) -> None:
-    check_quickly(text)
+    check(text)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))

@@ -1,9 +1,10 @@
-"""Hostile or broken YAML never breaks the tool: every input is accepted or rejected quickly,
-with a located `FILE:LINE:COL: error:` and never an internal error (issue 11)."""
+"""Hostile or broken YAML never breaks the tool: every input is accepted or rejected with a
+located `FILE:LINE:COL: error:` and never an internal error (issue 11). How long the costly
+ones take is measured by benchmarks/hostile_inputs.py, not here: a test does not depend on
+how busy the machine is."""
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -15,8 +16,15 @@ from dstack_plan.config import interpolation
 from dstack_plan.config.loader import MESSAGE_LIMIT, load_project, load_text
 from dstack_plan.config.yaml_limits import MAX_DEPTH, MAX_ISSUES
 from dstack_plan.errors import ConfigError, ConfigIssue
-
-SECONDS = 5.0  # the target is 2 s for any input under 1 MB; generous for a busy CI machine
+from tests.infra.hostile_configs import (
+    BOMBS,
+    DUPLICATES,
+    ERROR_AMONG_100000_ENTRIES,
+    ERRORS_IN_5000_DOCUMENTS,
+    LONG_INTERPOLATION,
+    REFERENCE_ERRORS,
+    WRONG_ITEMS,
+)
 
 
 def issues_of(text: str) -> list[ConfigIssue]:
@@ -29,12 +37,6 @@ def only_issue(text: str) -> ConfigIssue:
     issues = issues_of(text)
     assert len(issues) == 1, [str(i) for i in issues]
     return issues[0]
-
-
-def timed_issues(text: str) -> tuple[float, list[ConfigIssue]]:
-    started = time.perf_counter()
-    issues = issues_of(text)
-    return time.perf_counter() - started, issues
 
 
 def validate(tmp_path: Path, *args: str) -> tuple[int, str]:
@@ -95,39 +97,17 @@ def test_validate_reports_them_without_a_traceback(tmp_path: Path, name: str) ->
     assert "Traceback" not in output and "bug" not in output
 
 
-# --- bounded cost ----------------------------------------------------------------------------
-
-
-def billion_laughs(indent: str = "") -> str:
-    """10 aliases x 9 levels: a billion strings in a few hundred bytes."""
-    lines = [f'{indent}a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    for level in range(1, 9):
-        name, below = chr(ord("a") + level), chr(ord("a") + level - 1)
-        lines.append(f"{indent}{name}: &{name} [" + ", ".join([f"*{below}"] * 10) + "]")
-    return "\n".join(lines) + "\n"
-
-
-BOMBS = {
-    "plain": "type: task\ncommands: [echo]\nx:\n" + billion_laughs("  "),
-    "with a backslash": 'type: task\ncommands: ["echo \\\\"]\nx:\n' + billion_laughs("  "),
-    "with an interpolation": "type: task\ncommands: ['${{ env.A }}']\nx:\n" + billion_laughs("  "),
-    "as env": "type: task\ncommands: [echo]\nx:\n" + billion_laughs("  ") + "env: *i\n",
-    "in a merge key": "type: task\ncommands: [echo]\nm0: &m0 {k: 1}\n"
-    + "".join(
-        f"m{k}: &m{k} {{<<: [" + ", ".join([f"*m{k - 1}"] * 10) + "]}\n" for k in range(1, 10)
-    ),
-}
+# --- bounded answers (their times: benchmarks/hostile_inputs.py) ---------------------------------
 
 
 @pytest.mark.parametrize("text", BOMBS.values(), ids=list(BOMBS))
-def test_alias_bombs_are_refused_quickly_and_briefly(text: str) -> None:
+def test_alias_bombs_are_refused_briefly(text: str) -> None:
     tracemalloc.start()
     try:
-        seconds, issues = timed_issues(text)
+        issues = issues_of(text)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert seconds < SECONDS
     assert peak < 50_000_000
     assert len(issues) == 1
     assert "aliases expand this document to" in issues[0].message
@@ -161,10 +141,8 @@ def test_the_alias_limit_is_the_documented_one() -> None:
     assert message.startswith("aliases expand this document to 12,230 nodes, more than allowed")
 
 
-def test_a_long_unterminated_interpolation_is_linear() -> None:
-    text = "type: task\ncommands: ['" + "${{ " * 25_000 + "']\n"
-    seconds, issues = timed_issues(text)
-    assert seconds < SECONDS
+def test_a_long_unterminated_interpolation_is_one_issue() -> None:
+    issues = issues_of(LONG_INTERPOLATION)
     assert [(i.line, i.message) for i in issues] == [
         (2, "unterminated interpolation: '${{' without a matching '}}'")
     ]
@@ -182,20 +160,13 @@ def test_interpolation_parsing_keeps_its_meaning() -> None:
     assert interpolation.resolve("${{ env.A }} ${{ x", values) == "1 ${{ x"
 
 
-def test_locating_an_error_among_100000_entries_is_fast() -> None:
-    entries = "".join(f"  K{i}: v\n" for i in range(100_000))
-    text = f"type: task\ncommands: [echo]\nenv:\n{entries}bogus: 1\n"
-    seconds, issues = timed_issues(text)
-    assert seconds < SECONDS
+def test_an_error_among_100000_entries_is_located() -> None:
+    issues = issues_of(ERROR_AMONG_100000_ENTRIES)
     assert [(i.line, i.column, i.message) for i in issues] == [(100_004, 1, "unknown key 'bogus'")]
 
 
-def test_locating_errors_in_5000_documents_is_fast_and_reports_the_first_ones() -> None:
-    text = "".join(
-        f"---\ntype: task\nname: t{i}\ncommands: [echo]\nbogus: 1\n" for i in range(5000)
-    )
-    seconds, issues = timed_issues(text)
-    assert seconds < SECONDS
+def test_errors_in_5000_documents_report_the_first_ones() -> None:
+    issues = issues_of(ERRORS_IN_5000_DOCUMENTS)
     assert [(i.line, i.message) for i in issues[:2]] == [
         (5, "unknown key 'bogus'"),
         (10, "unknown key 'bogus'"),
@@ -204,10 +175,8 @@ def test_locating_errors_in_5000_documents_is_fast_and_reports_the_first_ones() 
     assert "only the first 100 are reported" in issues[-1].message
 
 
-def test_a_huge_list_of_wrong_items_is_reported_quickly() -> None:
-    text = "type: task\ncommands:\n" + "".join(f"  - [x{i}]\n" for i in range(70_000))
-    seconds, issues = timed_issues(text)
-    assert seconds < SECONDS
+def test_a_huge_list_of_wrong_items_is_reported_briefly() -> None:
+    issues = issues_of(WRONG_ITEMS)
     assert (issues[0].line, issues[0].column) == (3, 5)
     assert len(issues) == MAX_ISSUES + 1
 
@@ -320,10 +289,8 @@ def test_the_same_key_in_two_documents_is_no_duplicate() -> None:
     assert issues == [] and [r.address for r in resources] == ["task.aa", "task.bb"]
 
 
-def test_so_many_duplicates_stay_cheap() -> None:
-    text = "type: task\ncommands: [echo]\nenv:\n" + "  A: 1\n" * 100_000
-    seconds, issues = timed_issues(text)
-    assert seconds < SECONDS
+def test_so_many_duplicates_are_reported_briefly() -> None:
+    issues = issues_of(DUPLICATES)
     assert str(issues[0]) == "f.dstack.yml:5:3: error: duplicate key 'A' (first at line 4)"
     assert len(issues) == MAX_ISSUES + 1
 
@@ -377,15 +344,9 @@ def test_every_file_is_checked_whatever_the_others_hold(tmp_path: Path) -> None:
     assert "Traceback" not in output
 
 
-def test_thousands_of_reference_errors_in_one_file_are_located_quickly(tmp_path: Path) -> None:
-    (tmp_path / "runs.dstack.yml").write_text(
-        "".join(
-            f"---\ntype: task\nname: t{i}\ncommands: [echo]\nfleets: [nope]\n" for i in range(5000)
-        )
-    )
-    started = time.perf_counter()
+def test_thousands_of_reference_errors_in_one_file_are_located(tmp_path: Path) -> None:
+    (tmp_path / "runs.dstack.yml").write_text(REFERENCE_ERRORS)
     code, output = validate(tmp_path)
-    assert time.perf_counter() - started < SECONDS  # composing the file once per issue: minutes
     assert code == 1
     lines = output.splitlines()
     assert (

@@ -2,7 +2,7 @@
 
 A request that does not parse, or a connection that fails mid-request, is logged as one brief
 line (the peer and what was wrong: never the request line or headers, which may carry the
-bearer token), at most one per `PROTOCOL_LOG_INTERVAL` seconds; the next says how many
+bearer token), at most one per `ratelimit.INTERVAL` seconds; the next says how many
 were left out.
 """
 
@@ -15,7 +15,6 @@ import logging
 import math
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
@@ -38,6 +37,7 @@ from dstack_plan.agent.protocol import (
     STOP_REASONS,
     TERMINATED_BY_USER,
 )
+from dstack_plan.agent.ratelimit import RateLimited
 from dstack_plan.agent.spec import SpecError
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 LISTEN_HOST = "127.0.0.1"
 _DRAIN_LIMIT = 64 * 1024 * 1024
 _FOLLOW_READ = 256 * 1024
-PROTOCOL_LOG_INTERVAL = 60.0
 """At most one line about malformed requests or failed connections per this many seconds."""
 _WORDS = re.compile(r"[A-Za-z0-9 ./-]*")
 """The plain words `send_error`'s message begins with, before it quotes the request."""
@@ -75,36 +74,6 @@ _STREAMED_BODY = re.compile(r"/blobs/[^/]+")
 """PUT bodies that go to disk as they arrive (`api_put_blob`) instead of into memory."""
 
 
-class RateLimited:
-    """Logs at most one warning per `interval` seconds (`now` tells the time); the next one
-    logged says how many were suppressed since the last."""
-
-    def __init__(
-        self, interval: float = PROTOCOL_LOG_INTERVAL, now: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._interval = interval
-        self._now = now
-        self._lock = threading.Lock()
-        self._next_at: float | None = None
-        self.suppressed = 0
-
-    def warning(self, message: str, *args: object, exc_info: bool = False) -> bool:
-        """Log `message % args` unless a line went out less than `interval` ago (then it is
-        only counted); whether it was logged."""
-        with self._lock:
-            now = self._now()
-            if self._next_at is not None and now < self._next_at:
-                self.suppressed += 1
-                return False
-            self._next_at = now + self._interval
-            suppressed, self.suppressed = self.suppressed, 0
-        if suppressed:
-            message += " (%d more such since the last line, not logged)"
-            args = (*args, suppressed)
-        log.warning(message, *args, exc_info=exc_info)
-        return True
-
-
 class AgentServer(ThreadingHTTPServer):
     """One thread per connection; handler threads never keep the process alive."""
 
@@ -116,7 +85,7 @@ class AgentServer(ThreadingHTTPServer):
         self.app = app
         self.token = token
         self.probes = bandwidth.Probes()
-        self.protocol_errors = RateLimited()
+        self.protocol_errors = RateLimited(log)
         super().__init__((LISTEN_HOST, port), Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,48 +21,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp.http_exceptions import HttpProcessingError
 
+from dstack_plan.agent.ratelimit import INTERVAL, RateLimited
+
 if TYPE_CHECKING:
     _Adapter = logging.LoggerAdapter[logging.Logger]
 else:
     _Adapter = logging.LoggerAdapter
-
-INTERVAL = 60.0
-"""At most one protocol-error line per this many seconds per server."""
-
-
-class RateLimited:
-    """Logs at most one line per `interval` seconds (`now` tells the time); the next line
-    logged says how many were suppressed since the last one."""
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        interval: float = INTERVAL,
-        now: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._logger = logger
-        self._interval = interval
-        self._now = now
-        self._lock = threading.Lock()
-        self._next_at: float | None = None
-        self.suppressed = 0
-        """Lines left out since the last one logged."""
-
-    def warning(self, message: str, *args: object) -> bool:
-        """Log `message % args` unless a line was logged less than `interval` ago (then it
-        is only counted); whether it was logged."""
-        with self._lock:
-            now = self._now()
-            if self._next_at is not None and now < self._next_at:
-                self.suppressed += 1
-                return False
-            self._next_at = now + self._interval
-            suppressed, self.suppressed = self.suppressed, 0
-        if suppressed:
-            message += " (%d more such since the last line, not logged)"
-            args = (*args, suppressed)
-        self._logger.warning(message, *args)
-        return True
 
 
 class _ServerLogger(_Adapter):

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from dstack_plan.agent.server import RateLimited as AgentRateLimited
+from dstack_plan.agent.ratelimit import RateLimited
 from dstack_plan.clock import FakeClock
 from dstack_plan.proxy.loopback import (
     LOOPBACK,
@@ -17,7 +17,6 @@ from dstack_plan.proxy.loopback import (
     host_name,
     is_loopback_bind,
 )
-from dstack_plan.proxy.protocol_log import RateLimited
 
 
 @pytest.mark.parametrize(
@@ -51,16 +50,12 @@ def test_which_binds_check_host() -> None:
     assert host_allowed(None, LOOPBACK) and host_allowed("evil.example", None)
 
 
-@pytest.mark.parametrize("make", [RateLimited, AgentRateLimited])
 def test_one_line_per_interval_then_the_count_of_those_left_out(
-    make: type, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = FakeClock()
     caplog.set_level(logging.DEBUG)
-    if make is RateLimited:
-        limited = make(logging.getLogger("test.limited"), 60.0, clock.now)
-    else:
-        limited = make(60.0, clock.now)
+    limited = RateLimited(logging.getLogger("test.limited"), 60.0, clock.now)
     assert limited.warning("bad request from %s", "a")
     for _ in range(5):
         clock.advance(10.0)

@@ -146,6 +146,7 @@ class Project:
         self._containers_of: tuple[Desired, frozenset[str]] | None = None
         self._context: dict[str, ResourceState] = {}
         """A submission's context: state entries its runs may refer to, by address."""
+        self._private: PrivatePaths | None = None
 
     @property
     def clouds(self) -> ConfiguredClouds:
@@ -217,11 +218,14 @@ class Project:
 
     def private_paths(self) -> PrivatePaths:
         """What runs' `files:` and `repos:` never send: the project's `.dstack/` and its local
-        state's directory (or, beside the project's files, the state's own files)."""
-        from dstack_plan.apply import code_sources
+        state's directory (or, beside the project's files, the state's own files). Worked out
+        once per project: every run with local files asks."""
+        if self._private is None:
+            from dstack_plan.apply import code_sources
 
-        state = self.backend.path if isinstance(self.backend, LocalBackend) else None
-        return code_sources.private_paths(self.directory, state)
+            state = self.backend.path if isinstance(self.backend, LocalBackend) else None
+            self._private = code_sources.private_paths(self.directory, state)
+        return self._private
 
     def code_dir(self, address: str) -> Path:
         """Where the relative `files:` and `repos:` paths of run `address` start: the
@@ -449,30 +453,29 @@ class Project:
 
     def _submission_options(self, state: State, options: PlanOptions) -> PlanOptions:
         """Plan the submission against its context from `state` (`plan/submissions.py`)."""
-        from dstack_plan.plan.submissions import with_state_context
-
         if options.prune:
             raise PlanError(
                 "--prune deletes what a directory's files do not declare: it does not go with "
                 "-f (a submission deletes nothing)"
             )
-        found = with_state_context(self.load(), state)
+        found = submissions.with_state_context(self.load(), state)
         self._desired, self._context = found.desired, found.context
         return options._replace(submission=True, context=tuple(found.context))
 
     def _expired(self, state: State) -> dict[str, str]:
         """Submitted runs whose retention ended: the plan removes them from state."""
         from dstack_plan.apply.run_records import RunRecord
-        from dstack_plan.plan.submissions import expired, finished_at, submitted_retention
 
         ended: dict[str, float] = {}
         for address, entry in state.resources.items():
             if not entry.submitted or entry.kind not in RUN_KINDS:
                 continue
-            end = finished_at(entry, (j.finished_at for j in RunRecord.of(entry).jobs))
+            jobs_finished = (j.finished_at for j in RunRecord.of(entry).jobs)
+            end = submissions.finished_at(entry, jobs_finished)
             if end is not None:
                 ended[address] = end
-        return expired(ended, state, self.clock.now(), submitted_retention())
+        retention = submissions.submitted_retention()
+        return submissions.expired(ended, state, self.clock.now(), retention)
 
     def _read_state_while_loading(self, load: bool) -> StateSnapshot:
         """Read the state while the other cores parse the configuration: for a large project

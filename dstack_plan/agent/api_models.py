@@ -279,6 +279,12 @@ class JobInfo(BaseModel):
     def finished(self) -> bool:
         return self.status.finished
 
+    @property
+    def stop_timeout(self) -> float:
+        """The graceful-stop window the job was submitted with (seconds)."""
+        value = self.spec.get("stop_timeout")
+        return float(value) if isinstance(value, int | float) else 0.0
+
 
 class LogChunk(BaseModel):
     """Log bytes [offset, next_offset). Ask again from next_offset: nothing is lost or repeated."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -56,6 +56,8 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 3
 FOLLOW_IDLE_TIMEOUT = 30
 UPLOAD_BYTES_PER_SECOND = 1024 * 1024
+STOP_MARGIN = 15.0
+"""Seconds past a job's stop window that `drain` waits for it to end."""
 
 
 def health_wait(age: float | None, start_wait: float) -> float:
@@ -436,6 +438,14 @@ class AgentClient:
                     self.host, f"job {job_id} still {info.status.value} after {timeout:g}s"
                 )
             await self._clock.sleep(poll_interval)
+
+    async def drain(self, jobs: Sequence[JobInfo]) -> None:
+        """Stop `jobs` gracefully, each within its own stop window, and wait until they have
+        ended (AgentError for one still running `STOP_MARGIN` seconds past its window)."""
+        for job in jobs:
+            await self.stop(job.id)
+        for job in jobs:
+            await self.wait(job.id, timeout=job.stop_timeout + STOP_MARGIN)
 
     # -- bandwidth probes (agent/bandwidth.py) ----------------------------------------------
 

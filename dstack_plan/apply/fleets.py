@@ -64,9 +64,9 @@ class FleetHandler(ResourceHandler):
         claimant: Claimant | None = None,
     ):
         self._make = ssh_provider
+        """A new provider of some hosts (create, update, delete: closed when done)."""
         self._claimant = claimant
         """Who claims the hosts this handler enrolls (`host_claims`); None: no claims."""
-        """A new provider of some hosts (create, update, delete: closed when done)."""
         self._kept = kept
         """The project's kept provider of a fleet in state (`FleetMachines.kept_provider`):
         refresh asks the hosts over connections that outlive it (watch, tick after tick)."""
@@ -238,10 +238,7 @@ class FleetHandler(ResourceHandler):
                 if jobs:
                     ctx.progress(address, f"draining {instance.hostname}: {len(jobs)} job(s)")
                     agent = await provider.agent(instance)
-                    for job in jobs:
-                        timeout = _stop_timeout(job)
-                        await agent.stop(job.id, timeout=timeout)
-                        await agent.wait(job.id, timeout=timeout + 15.0)
+                    await agent.drain(jobs)
         finally:
             await provider.close()
 
@@ -321,22 +318,15 @@ def _reached_as_configured(
     except (ProviderError, ValueError):
         return [config]
     listed = {new.endpoint(h)[0]: h for h in new.hosts}
-    moved = tuple(
-        listed[config.endpoint(h)[0]] for h in config.hosts if config.endpoint(h)[0] in listed
-    )
-    stay = tuple(h for h in config.hosts if config.endpoint(h)[0] not in listed)
+    names = [config.endpoint(h)[0] for h in config.hosts]
+    moved = tuple(listed[n] for n in names if n in listed)
+    stay = tuple(h for h, n in zip(config.hosts, names, strict=True) if n not in listed)
     groups = []
     if moved:
         groups.append(new.model_copy(update={"hosts": moved}))
     if stay:
         groups.append(config.model_copy(update={"hosts": stay}))
     return groups
-
-
-def _stop_timeout(job: JobInfo) -> float:
-    """The graceful-stop window the job was submitted with."""
-    value = job.spec.get("stop_timeout") if isinstance(job.spec, dict) else None
-    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def _is_ssh(current: ResourceState) -> bool:

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 PLAN_CHECK_TIMEOUT = 15.0
 """Seconds `plan` gives a host to say who owns it; one that does not answer is left to apply."""
-CLAIMED = "claimed"
 OWNER_BUSY = "owner_busy"
+"""The agent's error code for a take-over refused while the owner's jobs run."""
 
 
 class HostClaimedError(DstackPlanError):
@@ -86,7 +86,7 @@ StaleCheck = Callable[[HostClaim, str], str | None]
 class HostEnrollment:
     """The `providers.ssh.provider.Enrollment` of one fleet's provisioning: refuses hosts
     another project owns, takes over stale claims (and, with `take_over`, any), records the
-    fleet's claim. `notices` collects what the user is told (taken-over claims)."""
+    fleet's claim, and tells `progress` of each claim it took over."""
 
     def __init__(
         self,

@@ -243,12 +243,7 @@ class SSHProvider(Provider):
                 return (
                     f"jobs run there that this project does not own ({runs}; --force stops them)"
                 )
-            for job in jobs:  # --force: each within its own graceful-stop window
-                await agent.stop(job.id)
-            for job in jobs:
-                window = job.spec.get("stop_timeout") if isinstance(job.spec, dict) else None
-                grace = float(window) if isinstance(window, int | float) else 0.0
-                await agent.wait(job.id, timeout=grace + FORCED_STOP_MARGIN)
+            await agent.drain(jobs)  # --force: named by the caller, each within its window
         finally:
             await agent.aclose()
         return None

@@ -159,3 +159,55 @@ def test_a_host_has_one_agent_whichever_user_logs_in(
     assert not (tmp_path / "other-home").exists()  # nothing was installed
     cli_env["DSTACK_PLAN_SSH_AGENT_DIR"] = str(remote)
     _ok(dstack("destroy", "-y", cwd=a))
+
+
+def test_take_over_moves_an_idle_host_and_says_so(
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+) -> None:
+    a, b = tmp_path / "platform", tmp_path / "ml"
+    a.mkdir()
+    b.mkdir()
+    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1"))
+    _ok(dstack("apply", "-y", cwd=a))
+    (b / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "mine", "h1"))
+    assert dstack("apply", "-y", cwd=b).returncode == 1  # A's state still lists h1
+    taken = dstack("apply", "-y", "--take-over", cwd=b)
+    _ok(taken)
+    assert "took over the claim of fleet.onprem of project platform" in taken.stdout
+    claims = json.loads(next(remote.glob("hosts/h1/data/claims.json")).read_text())
+    assert [(c["project"], c["fleet"]) for c in claims] == [("ml", "fleet.mine")]
+    _ok(dstack("destroy", "-y", cwd=b))
+    assert agents_running(remote) == set()
+
+
+def test_a_teardown_keeps_an_agent_that_runs_another_project_s_jobs_unless_forced(
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+) -> None:
+    """A host enrolled before claims existed (its claim file removed here) is shared by two
+    projects' fleets: B's destroy releases its claim and keeps the agent A's task runs under,
+    saying why; `destroy --force` stops A's task, then the agent."""
+    a, b = tmp_path / "platform", tmp_path / "ml"
+    a.mkdir()
+    b.mkdir()
+    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1"))
+    (a / "train.dstack.yml").write_text(task("train", 1, ["sleep 600"]))
+    _ok(dstack("apply", "-y", cwd=a))
+    next(remote.glob("hosts/h1/data/claims.json")).unlink()  # as an older version left it
+    (b / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "mine", "h1"))
+    _ok(dstack("apply", "-y", cwd=b))
+    kept = dstack("destroy", "-y", cwd=b)
+    _ok(kept)
+    assert "its agent keeps running: jobs run there that this project does not own (train" in (
+        kept.stdout
+    )
+    assert agents_running(remote) == {"h1"} and _running(dstack, a, "task.train")
+    _ok(dstack("apply", "-y", cwd=b))
+    _ok(dstack("destroy", "-y", "--force", cwd=b))
+    assert agents_running(remote) == set()
+    assert not _running(dstack, a, "task.train")

@@ -118,6 +118,22 @@ def _no_ssh_agent_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[
 
 
 @pytest.fixture(scope="session")
+def moto_process():
+    """moto's S3 as a process of its own (tests/infra/moto_process.py), which a test may
+    freeze (SIGSTOP) to play a hung endpoint; skips (or fails under DSTACK_PLAN_REQUIRE_S3=1)
+    without moto[server] and boto3."""
+    from tests.infra.moto_process import MotoProcess
+    from tests.infra.moto_server import available
+
+    reason = available()
+    if reason is not None:
+        require("DSTACK_PLAN_REQUIRE_S3", reason)
+    server = MotoProcess()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def moto_server():
     """moto's S3 on loopback (tests/infra/moto_server.py); skips (or fails under
     DSTACK_PLAN_REQUIRE_S3=1) without moto[server] and boto3."""

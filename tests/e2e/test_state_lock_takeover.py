@@ -11,12 +11,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from dstack_plan.state.s3_location import S3Location
 from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import Dstack
 from tests.infra.moto_process import MotoProcess
-from tests.infra.moto_server import S3Bucket, available
+from tests.infra.moto_server import S3Bucket
 
 pytestmark = [pytest.mark.aws, pytest.mark.timeout(300)]
 BACKEND_TIMEOUT_ENV = "DSTACK_PLAN_BACKEND_TIMEOUT"  # the documented names
@@ -125,18 +123,6 @@ def test_a_lock_held_from_another_machine_names_its_holder_and_the_unlock_comman
     done = dstack("apply", "-y")
     assert done.returncode == 0, done.stdout + done.stderr
     assert backend.read().state.addresses == ["task.job"]
-
-
-@pytest.fixture(scope="module")
-def moto_process() -> Iterator[MotoProcess]:
-    reason = available()
-    if reason is not None:
-        if os.environ.get("DSTACK_PLAN_REQUIRE_S3"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    server = MotoProcess()
-    yield server
-    server.stop()
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,23 +19,11 @@ from dstack_plan.errors import StateError
 from dstack_plan.state import ABSENT, State, commit, hold_lock
 from dstack_plan.state.s3_wait import BACKEND_TIMEOUT_ENV, BackendUnresponsive
 from tests.infra.moto_process import MotoProcess
-from tests.infra.moto_server import S3Bucket, available
+from tests.infra.moto_server import S3Bucket
 from tests.integration.s3_state_helpers import add, s3_backend, state_of
 
 pytestmark = [pytest.mark.aws, pytest.mark.slow, pytest.mark.timeout(180)]
 BOUND = "3s"
-
-
-@pytest.fixture(scope="module")
-def moto_process() -> Iterator[MotoProcess]:
-    reason = available()
-    if reason is not None:
-        if os.environ.get("DSTACK_PLAN_REQUIRE_S3"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    server = MotoProcess()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

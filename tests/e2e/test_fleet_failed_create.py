@@ -12,19 +12,14 @@ import pytest
 
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state
-from tests.e2e.test_ssh_fleet import agents_running, remote  # noqa: F401 - fixture
+from tests.e2e.test_ssh_fleet import agents_running, fleet_text, remote  # noqa: F401 - fixture
 from tests.infra.ssh_hosts import SSHTestHosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.timeout(600)]
 
 
 def _fleet(project: Path, hosts: SSHTestHosts, names: tuple[str, ...], **ssh: str) -> None:
-    settings = {"user": "root", "identity_file": str(hosts.client_key), **ssh}
-    lines = "".join(f"  {k}: {v}\n" for k, v in settings.items())
-    listed = "".join(f"    - {hosts[n].address}\n" for n in names)
-    (project / "fleet.dstack.yml").write_text(
-        f"type: fleet\nname: onprem\nssh_config:\n{lines}  hosts:\n{listed}"
-    )
+    (project / "fleet.dstack.yml").write_text(fleet_text(hosts, "onprem", *names, **ssh))
 
 
 def _passphrase_key(directory: Path) -> Path:

@@ -18,19 +18,11 @@ import pytest
 
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state
-from tests.e2e.test_ssh_fleet import agents_running, remote  # noqa: F401 - fixture
+from tests.e2e.test_ssh_fleet import agents_running, fleet_text, remote  # noqa: F401 - fixture
 from tests.e2e.test_ssh_runs import task
 from tests.infra.ssh_hosts import SSHTestHosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.timeout(600)]
-
-
-def fleet(hosts: SSHTestHosts, name: str, *names: str) -> str:
-    listed = "".join(f"    - {hosts[n].address}\n" for n in names)
-    return (
-        f"type: fleet\nname: {name}\nssh_config:\n  user: root\n"
-        f"  identity_file: {hosts.client_key}\n  hosts:\n{listed}"
-    )
 
 
 def _ok(done) -> None:  # noqa: ANN001 - CompletedProcess
@@ -53,14 +45,14 @@ def test_a_host_belongs_to_one_project(
     a.mkdir()
     b.mkdir()
     h2 = ssh_hosts["h2"].address
-    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1", "h2"))
+    (a / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "onprem", "h1", "h2"))
     (a / "train.dstack.yml").write_text(task("train", 2, ["sleep 600"]))
     _ok(dstack("apply", "-y", cwd=a))
     assert _running(dstack, a, "task.train")
 
-    (b / "mine.dstack.yml").write_text(fleet(ssh_hosts, "mine", "h3"))
+    (b / "mine.dstack.yml").write_text(fleet_text(ssh_hosts, "mine", "h3"))
     _ok(dstack("apply", "-y", cwd=b))
-    (b / "theirs.dstack.yml").write_text(fleet(ssh_hosts, "theirs", "h2"))
+    (b / "theirs.dstack.yml").write_text(fleet_text(ssh_hosts, "theirs", "h2"))
     owner = f"{h2} belongs to fleet.onprem of project platform (state {a / '.dstack/state.json'})"
     planned = dstack("plan", cwd=b)
     assert planned.returncode == 1 and owner in planned.stderr, planned.stdout + planned.stderr
@@ -80,7 +72,7 @@ def test_a_host_belongs_to_one_project(
     # is stale once nothing of A runs there, and B takes it over, saying so
     _ok(dstack("stop", "train", "-y", cwd=a))
     shutil.rmtree(a / ".dstack")
-    (b / "theirs.dstack.yml").write_text(fleet(ssh_hosts, "theirs", "h2"))
+    (b / "theirs.dstack.yml").write_text(fleet_text(ssh_hosts, "theirs", "h2"))
     taken = dstack("apply", "-y", cwd=b)
     _ok(taken)
     assert "took over a stale claim of fleet.onprem of project platform" in taken.stdout
@@ -100,10 +92,10 @@ def test_a_second_project_s_destroy_never_stops_the_owner_s_agent(
     a, b = tmp_path / "platform", tmp_path / "ml"
     a.mkdir()
     b.mkdir()
-    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1"))
+    (a / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "onprem", "h1"))
     (a / "train.dstack.yml").write_text(task("train", 1, ["sleep 600"]))
     _ok(dstack("apply", "-y", cwd=a))
-    (b / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "shared", "h1"))
+    (b / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "shared", "h1"))
     assert dstack("apply", "-y", cwd=b).returncode == 1
     # whatever B's state says after the refused create, destroying it spares A
     _ok(dstack("destroy", "-y", cwd=b))
@@ -123,9 +115,9 @@ def test_a_renamed_fleet_keeps_its_hosts_agent(
     """Renaming a fleet creates the new one and deletes the old one in either order: the old
     one's release never stops the agent the new one has claimed."""
     project = tmp_path / "project"
-    (project / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "old", "h1"))
+    (project / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "old", "h1"))
     _ok(dstack("apply", "-y"))
-    (project / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "new", "h1"))
+    (project / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "new", "h1"))
     _ok(dstack("apply", "-y"))
     assert agents_running(remote) == {"h1"}
     [claims] = remote.glob("hosts/h1/data/claims.json")
@@ -147,9 +139,9 @@ def test_a_host_has_one_agent_whichever_user_logs_in(
     a, b = tmp_path / "platform", tmp_path / "ml"
     a.mkdir()
     b.mkdir()
-    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1"))
+    (a / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "onprem", "h1"))
     _ok(dstack("apply", "-y", cwd=a))
-    (b / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "mine", "h1"))
+    (b / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "mine", "h1"))
     cli_env["DSTACK_PLAN_SSH_AGENT_DIR"] = str(tmp_path / "other-home")
     served = f"data in {remote}/hosts/h1/data"
     planned = dstack("plan", cwd=b)
@@ -170,9 +162,9 @@ def test_take_over_moves_an_idle_host_and_says_so(
     a, b = tmp_path / "platform", tmp_path / "ml"
     a.mkdir()
     b.mkdir()
-    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1"))
+    (a / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "onprem", "h1"))
     _ok(dstack("apply", "-y", cwd=a))
-    (b / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "mine", "h1"))
+    (b / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "mine", "h1"))
     assert dstack("apply", "-y", cwd=b).returncode == 1  # A's state still lists h1
     taken = dstack("apply", "-y", "--take-over", cwd=b)
     _ok(taken)
@@ -195,11 +187,11 @@ def test_a_teardown_keeps_an_agent_that_runs_another_project_s_jobs_unless_force
     a, b = tmp_path / "platform", tmp_path / "ml"
     a.mkdir()
     b.mkdir()
-    (a / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "onprem", "h1"))
+    (a / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "onprem", "h1"))
     (a / "train.dstack.yml").write_text(task("train", 1, ["sleep 600"]))
     _ok(dstack("apply", "-y", cwd=a))
     next(remote.glob("hosts/h1/data/claims.json")).unlink()  # as an older version left it
-    (b / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "mine", "h1"))
+    (b / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "mine", "h1"))
     _ok(dstack("apply", "-y", cwd=b))
     kept = dstack("destroy", "-y", cwd=b)
     _ok(kept)

@@ -30,12 +30,17 @@ def remote(tmp_path: Path, cli_env: dict[str, str]) -> Path:
     return tmp_path / "remote"
 
 
+def fleet_text(hosts: SSHTestHosts, name: str, *names: str, **ssh: str) -> str:
+    """An SSH fleet `name` of the test hosts `names`, logging in as root with the test key
+    unless `ssh` says otherwise (`user`, `identity_file`, `port`, ...)."""
+    settings = {"user": "root", "identity_file": str(hosts.client_key), **ssh}
+    lines = "".join(f"  {key}: {value}\n" for key, value in settings.items())
+    listed = "".join(f"    - {hosts[n].address}\n" for n in names)
+    return f"type: fleet\nname: {name}\nssh_config:\n{lines}  hosts:\n{listed}"
+
+
 def write_fleet(project: Path, hosts: SSHTestHosts, *names: str) -> None:
-    listed = "\n".join(f"    - {hosts[n].address}" for n in names)
-    (project / "fleet.dstack.yml").write_text(
-        "type: fleet\nname: onprem\nssh_config:\n  user: root\n"
-        f"  identity_file: {hosts.client_key}\n  hosts:\n{listed}\n"
-    )
+    (project / "fleet.dstack.yml").write_text(fleet_text(hosts, "onprem", *names))
 
 
 def agents_running(remote: Path) -> set[str]:

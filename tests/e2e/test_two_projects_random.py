@@ -26,8 +26,7 @@ from dstack_plan.plan.planner import PlanOptions
 from dstack_plan.project import Project
 from dstack_plan.sdk import asubmit_task
 from dstack_plan.watch.loop import Watcher
-from tests.e2e.test_host_ownership import fleet
-from tests.e2e.test_ssh_fleet import agents_running, remote  # noqa: F401 - fixture
+from tests.e2e.test_ssh_fleet import agents_running, fleet_text, remote  # noqa: F401 - fixture
 from tests.e2e.test_ssh_runs import task
 from tests.infra.ssh_hosts import SSHTestHosts
 
@@ -113,7 +112,7 @@ async def _step(side: Side, other: Side, op: str, hosts: SSHTestHosts, outside: 
             await project.close()
     elif op == "intrude":  # a fleet naming the other project's host is refused
         path = outside / f"intruder-{side.name}.dstack.yml"
-        path.write_text(fleet(hosts, f"grab-{side.name}", HOSTS[other.name][0]))
+        path.write_text(fleet_text(hosts, f"grab-{side.name}", HOSTS[other.name][0]))
         if not _fleet_recorded(other):
             return  # nobody owns the host now: nothing to refuse
         with pytest.raises(PlanError, match="belongs to fleet.pool-"):
@@ -170,7 +169,9 @@ def test_two_projects_in_random_interleavings(
         directory = tmp_path / name
         directory.mkdir()
         side = Side(name, directory)
-        (directory / "fleet.dstack.yml").write_text(fleet(ssh_hosts, side.fleet, *HOSTS[name]))
+        (directory / "fleet.dstack.yml").write_text(
+            fleet_text(ssh_hosts, side.fleet, *HOSTS[name])
+        )
         (directory / "decl.dstack.yml").write_text(_long(f"decl-{name}", side.fleet))
         sides.append(side)
     ops = ["apply", "apply-f", "sdk", "stop", "destroy", "watch", "intrude"]

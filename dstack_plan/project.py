@@ -146,7 +146,6 @@ class Project:
         self._containers_of: tuple[Desired, frozenset[str]] | None = None
         self._context: dict[str, ResourceState] = {}
         """A submission's context: state entries its runs may refer to, by address."""
-        self._private: PrivatePaths | None = None
 
     @property
     def clouds(self) -> ConfiguredClouds:
@@ -218,14 +217,11 @@ class Project:
 
     def private_paths(self) -> PrivatePaths:
         """What runs' `files:` and `repos:` never send: the project's `.dstack/` and its local
-        state's directory (or, beside the project's files, the state's own files). Worked out
-        once per project: every run with local files asks."""
-        if self._private is None:
-            from dstack_plan.apply import code_sources
+        state's directory (or, beside the project's files, the state's own files)."""
+        from dstack_plan.apply import code_sources
 
-            state = self.backend.path if isinstance(self.backend, LocalBackend) else None
-            self._private = code_sources.private_paths(self.directory, state)
-        return self._private
+        state = self.backend.path if isinstance(self.backend, LocalBackend) else None
+        return code_sources.private_paths(self.directory, state)
 
     def code_dir(self, address: str) -> Path:
         """Where the relative `files:` and `repos:` paths of run `address` start: the

@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dstack_plan.agent.api_models import JobSpec  # noqa: E402
 from dstack_plan.apply.handlers import ResourceHandler  # noqa: E402
-from dstack_plan.apply.jobs import job_id, slots  # noqa: E402
 from dstack_plan.apply.unsupported import UnsupportedHandler  # noqa: E402
 from dstack_plan.config.kinds import RUN_KINDS  # noqa: E402
 from dstack_plan.plan.model import Action, Plan  # noqa: E402
 from dstack_plan.plan.normalize import spec_from_normalized  # noqa: E402
 from dstack_plan.project import Project  # noqa: E402
 from dstack_plan.providers.local import LOCAL_FLEET  # noqa: E402
+from dstack_plan.runs.jobs import job_id, slots  # noqa: E402
 from dstack_plan.state.local import LocalBackend  # noqa: E402
 from dstack_plan.state.model import ResourceState, State  # noqa: E402
 

@@ -52,10 +52,10 @@ from fanout_hosts import Bench, bench, write_project
 
 from dstack_plan.apply.handlers import ResourceHandler
 from dstack_plan.apply.records import for_handler
-from dstack_plan.apply.run_records import RunRecord
-from dstack_plan.apply.runs import RunHandler
 from dstack_plan.cli.watch_cmd import LEASE_TTL
 from dstack_plan.project import Project
+from dstack_plan.runs.handler import RunHandler
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.state.events import EventLog
 from dstack_plan.state.lease import LEASE_RECORD, LeaderLease, new_holder_id
 from dstack_plan.state.model import ResourceState

@@ -10,23 +10,13 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from dstack_plan.apply.deployment import Deployment
-from dstack_plan.apply.dev_ssh import DevSSHRunHandler
-from dstack_plan.apply.fleet_kinds import FleetKinds, is_cloud_fleet
-from dstack_plan.apply.fleet_load import fleet_load
-from dstack_plan.apply.fleets import FleetHandler
-from dstack_plan.apply.gateways import GatewayHandler
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
-from dstack_plan.apply.host_claims import Claimant
-from dstack_plan.apply.machines import FleetMachines
-from dstack_plan.apply.placing import FleetPlacements, HostRun, place_on_fleet
-from dstack_plan.apply.quota_gate import check_plan
 from dstack_plan.apply.records import for_handler
-from dstack_plan.apply.volume_attach import VolumeAttacher
-from dstack_plan.apply.volumes import VolumeHandler
 from dstack_plan.clock import Clock, SystemClock
+from dstack_plan.config.gcpause import gc_paused
 from dstack_plan.config.interpolation import referenced_secrets
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.label_options import with_run_labels
@@ -35,47 +25,50 @@ from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import PlanError, ProviderError
-from dstack_plan.gcpause import gc_paused
+from dstack_plan.fleets.claims import Claimant
+from dstack_plan.fleets.handler import FleetKinds
+from dstack_plan.fleets.machines import FleetMachines
+from dstack_plan.fleets.plan_offers import planned_fleet_offers
+from dstack_plan.fleets.ssh import FleetHandler
+from dstack_plan.gateways.handler import GatewayHandler
 from dstack_plan.plan import submissions
 from dstack_plan.plan.diff import diff_specs
 from dstack_plan.plan.limits import checked_dependencies
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Crash, Placement, Plan
-from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
+from dstack_plan.plan.normalize import CODE_KEY
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
 from dstack_plan.providers.base import Provider
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER, LocalProvider
-from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.providers.registry import create_provider, provider_class
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
+from dstack_plan.runs.dev_ssh import DevSSHRunHandler
+from dstack_plan.runs.plan_placement import RunPlacement, fleet_of
+from dstack_plan.runs.quota_gate import check_plan
+from dstack_plan.runs.volume_attach import VolumeAttacher
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
 from dstack_plan.state.lock import hold_lock
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.state.secrets import SecretGuard
 from dstack_plan.state.select import open_backend
+from dstack_plan.volumes.handler import VolumeHandler
 
 if TYPE_CHECKING:  # only apply needs these; planning does not import the apply engine
-    from dstack_plan.apply.cloud_fleets import CloudFleetHandler
-    from dstack_plan.apply.code_sources import PrivatePaths
     from dstack_plan.apply.events import EventCallback
-    from dstack_plan.apply.fleet_records import BandwidthRecord
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.apply.report import ApplyReport
-    from dstack_plan.apply.volume_mounts import VolumeSite
     from dstack_plan.config.fleet import SSHConfig
-    from dstack_plan.config.volume import VolumeSpec
+    from dstack_plan.fleets.cloud import CloudFleetHandler
+    from dstack_plan.fleets.records import BandwidthRecord
     from dstack_plan.providers.configured import ConfiguredClouds
     from dstack_plan.providers.ssh.provider import SSHProvider
+    from dstack_plan.runs.code_sources import PrivatePaths
 
 SSH_AGENT_DIR_ENV = "DSTACK_PLAN_SSH_AGENT_DIR"
 """Where the agent goes on SSH fleet hosts (default: `.dstack-plan/agent` under the login
 user's home; relative paths are under it too)."""
 CLOUD_BOOT_TIMEOUT_ENV = "DSTACK_PLAN_CLOUD_BOOT_TIMEOUT"
 """Seconds a new cloud machine gets to be reachable over SSH (default 900)."""
-STATE_BYTES_PER_CONFIG_BYTE = 40
-"""Reading a byte of state takes about a fortieth of the time loading (parsing, validating,
-normalising, and handing back from another core) a byte of YAML configuration does: for
-10,000 resources, 20 MB of state in 0.5 s, 3 MB of YAML in 2.3 s on two busy cores."""
 
 
 @dataclass
@@ -205,7 +198,7 @@ class Project:
     def _with_code(self, resource: Resource, spec: dict[str, Any]) -> dict[str, Any]:
         """`spec` with the fingerprint of the local files the run sends, if any: a change of
         their content is a change of the run."""
-        from dstack_plan.apply.code_archive import code_fingerprint
+        from dstack_plan.runs.code_archive import code_fingerprint
 
         run = resource.spec
         assert isinstance(run, RunSpec)
@@ -218,7 +211,7 @@ class Project:
     def private_paths(self) -> PrivatePaths:
         """What runs' `files:` and `repos:` never send: the project's `.dstack/` and its local
         state's directory (or, beside the project's files, the state's own files)."""
-        from dstack_plan.apply import code_sources
+        from dstack_plan.runs import code_sources
 
         state = self.backend.path if isinstance(self.backend, LocalBackend) else None
         return code_sources.private_paths(self.directory, state)
@@ -259,7 +252,7 @@ class Project:
         return self.directory.resolve().name or "project"
 
     def claimant(self) -> Claimant:
-        """This project as the claimant of the hosts its fleets enroll (`host_claims`)."""
+        """This project as the claimant of the hosts its fleets enroll (`fleets/claims.py`)."""
         return Claimant(self.name, self.backend.locator, self.take_over)
 
     def _fleet_handler(self) -> FleetKinds:
@@ -268,7 +261,7 @@ class Project:
         )
 
         def cloud() -> CloudFleetHandler:
-            from dstack_plan.apply.cloud_fleets import BOOT_TIMEOUT, CloudFleetHandler
+            from dstack_plan.fleets.cloud import BOOT_TIMEOUT, CloudFleetHandler
 
             boot = os.environ.get(CLOUD_BOOT_TIMEOUT_ENV)
             try:
@@ -282,9 +275,10 @@ class Project:
         return FleetKinds(ssh, cloud)
 
     async def _probe_on_apply(self, fleet: str, state: State) -> BandwidthRecord:
-        """The links of a fleet apply just provisioned, measured briefly (`fleet_probe`)."""
-        from dstack_plan.apply.fleet_probe import APPLY_PROBE_SECONDS
-        from dstack_plan.inspect.probe import probe_fleet
+        """The links of a fleet apply just provisioned, measured briefly
+        (`fleets/apply_probe.py`)."""
+        from dstack_plan.fleets.apply_probe import APPLY_PROBE_SECONDS
+        from dstack_plan.fleets.probe import probe_fleet
 
         return await probe_fleet(
             self.machines, fleet, state, self.clock, seconds=APPLY_PROBE_SECONDS
@@ -321,7 +315,7 @@ class Project:
         if self._containers_of is None or self._containers_of[0] is not desired:
             fleets = {r.name: r for r in desired.of_kind("fleet")}
             wanted = frozenset(
-                _fleet_of(r, fleets)
+                fleet_of(r, fleets)
                 for r in desired
                 if isinstance(r.spec, RunSpec) and r.spec.image
             )
@@ -441,8 +435,8 @@ class Project:
 
     async def _refuse_claimed_hosts(self, plan: Plan, refresh: Refresh) -> None:
         """PlanError naming each host another project's fleet owns among those the plan adds
-        to SSH fleets (asked over SSH, nothing started; `apply/host_claims.py`)."""
-        from dstack_plan.apply.host_claims import refuse_claimed_hosts
+        to SSH fleets (asked over SSH, nothing started; `fleets/claims.py`)."""
+        from dstack_plan.fleets.claims import refuse_claimed_hosts
 
         lineage = refresh.state.lineage if refresh.snapshot.exists else None
         await refuse_claimed_hosts(plan, lineage, self.ssh_provider, self.claimant())
@@ -460,7 +454,7 @@ class Project:
 
     def _expired(self, state: State) -> dict[str, str]:
         """Submitted runs whose retention ended: the plan removes them from state."""
-        from dstack_plan.apply.run_records import RunRecord
+        from dstack_plan.runs.records import RunRecord
 
         ended: dict[str, float] = {}
         for address, entry in state.resources.items():
@@ -482,7 +476,7 @@ class Project:
             self.directory,
             self.files,
             stdin=self.stdin,
-            busy=self._state_read_cost(),
+            busy_state_bytes=self._state_size(),
             normalize=True,
         )
         try:
@@ -499,12 +493,12 @@ class Project:
             loaded = _with_configs(loaded, self.configs)
         return with_run_labels(loaded, self.labels)
 
-    def _state_read_cost(self) -> int:
-        """What reading the state costs, in bytes of YAML that take as long to load."""
+    def _state_size(self) -> int:
+        """Bytes of the local state file (0 for other backends), read while the files load."""
         if not isinstance(self.backend, LocalBackend):
             return 0
         try:
-            return self.backend.path.stat().st_size // STATE_BYTES_PER_CONFIG_BYTE
+            return self.backend.path.stat().st_size
         except OSError:
             return 0
 
@@ -514,69 +508,14 @@ class Project:
         refresh: Refresh | None = None,
         options: PlanOptions | None = None,
     ) -> dict[str, Placement]:
-        """Where each run would go, by the same rules apply uses (`apply/fleet_load.py`).
-
-        A run that fits but not now (what runs on the hosts holds the GPUs or ports it needs,
-        or no host of its fleet answers) is pending, its note saying what it waits for. A run
-        the plan would start that no machine could ever take is a PlanError naming, per
-        candidate, why: one error for all such runs. A run on a fleet this plan creates or
-        changes is placed by apply ("machines known after apply"). `refresh` and `options`
-        tell which runs the plan starts (without them, every run counts as a create).
-        """
-        desired = self.load()
-        runs = [r for r in desired if r.kind in RUN_KINDS]
-        if not runs:
-            return {}
-        result: dict[str, Placement] = {}
-        fleets = {r.name: r for r in desired.of_kind("fleet")}
-        by_address = {item.address: item for item in items}
+        """Where each run would go, by the same rules apply uses (`runs/plan_placement.py`).
+        `refresh` and `options` tell which runs the plan starts (without them, every run
+        counts as a create)."""
         state = refresh.state if refresh is not None else self.backend.read().state
-        per_fleet: dict[str, list[HostRun]] = {}
-        for resource in runs:
-            spec = resource.spec
-            assert isinstance(spec, RunSpec)
-            fleet = _fleet_of(resource, fleets)
-            provider = by_address[resource.address].provider
-            if not _placeable(fleet, provider, by_address, state):
-                result[resource.address] = Placement(
-                    fleet=fleet, provider=provider, note="machines known after apply"
-                )
-                continue
-            starts = _starts(by_address.get(resource.address), refresh, options)
-            per_fleet.setdefault(fleet, []).append(
-                HostRun(resource.address, resource.name, spec, starts)
-            )
-        never: dict[str, str] = {}
-        for fleet, fleet_runs in per_fleet.items():
-            placed = await self._place_on(fleet, fleet_runs, state)
-            never.update(placed.never)
-            result.update(placed.placements)
-        claimed: dict[str, int] = {}  # fleet -> machines the runs before burst to it for
-        for resource in runs:  # one its first fleet cannot take may burst to a cloud fleet
-            left = result.get(resource.address)
-            item = by_address.get(resource.address)
-            if left is None or left.placed is not False or not _starts(item, refresh, options):
-                continue
-            burst = await self._burst(resource, left, by_address, state, claimed)
-            if isinstance(burst, Placement):
-                if burst.offer is not None:  # its new machines count against nodes.max
-                    claimed[burst.fleet] = claimed.get(burst.fleet, 0) + burst.offer.count
-                result[resource.address] = burst
-                never.pop(resource.address, None)
-            elif burst:  # the cloud fleets it names could not take it either: say why
-                more = "; ".join(burst)
-                result[resource.address] = left.model_copy(
-                    update={"note": f"{left.note}; {more}" if left.note else more}
-                )
-                if resource.address in never:
-                    never[resource.address] += f"; {more}"
-        if never:
-            raise PlanError("\n".join(never.values()))
-        from dstack_plan.apply.queueing import plan_note  # queued and scheduled runs
-
-        specs = {r.address: r.spec for r in runs}
-        now = self.clock.now()
-        return {a: plan_note(specs[a], p, now) for a, p in result.items()}
+        by_address = {item.address: item for item in items}
+        return await self._placer().placements(
+            self.load(), by_address, state, lambda a: _starts(by_address.get(a), refresh, options)
+        )
 
     async def fleet_offers(
         self,
@@ -586,107 +525,19 @@ class Project:
         unsupported: Mapping[tuple[str, str], str] | None = None,
         short: frozenset[str] = frozenset(),
     ) -> dict[str, Placement]:
-        """What each cloud fleet the plan creates or changes will be made of: the offer its
-        new machines come from and the fleet's hourly cost after the change
-        (`apply/fleet_offers.py`). PlanError when no offer allows them."""
+        """What each cloud fleet the plan creates or changes will be made of
+        (`fleets/plan_offers.py`). PlanError when no offer allows them."""
         targets = options.targets if options is not None else ()
         wanted = [
             item
             for item in items
-            if item.kind == "fleet"
-            and not isinstance(item.spec.get("ssh_config"), dict)
-            and (item.kind, item.provider) not in (unsupported or {})
+            if (item.kind, item.provider) not in (unsupported or {})
             and (not targets or item.address in targets)
-            and (item.address in short or _fleet_changes(item, state))
         ]
-        if not wanted:
-            return {}
-        from dstack_plan.apply.cloud_records import CloudFleetRecord
-        from dstack_plan.apply.fleet_offers import fleet_placement
-        from dstack_plan.config.fleet import FleetSpec
+        return await planned_fleet_offers(wanted, state, lambda: self.clouds, short)
 
-        result: dict[str, Placement] = {}
-        for item in wanted:
-            spec = spec_from_normalized("fleet", dict(item.spec))
-            assert isinstance(spec, FleetSpec)
-            current = state.get(item.address)
-            record = CloudFleetRecord.of(None if _fleet_replaced(item, current) else current)
-            providers = self.clouds.providers(item.provider, state.lineage, creating=False)
-            result[item.address] = await fleet_placement(
-                item.address, spec, item.provider, record, providers
-            )
-        return result
-
-    async def _burst(
-        self,
-        resource: Resource,
-        left: Placement,
-        items: dict[str, DesiredItem],
-        state: State,
-        claimed: Mapping[str, int],
-    ) -> Placement | list[str]:
-        """Where a run its first fleet cannot take goes instead: the first cloud fleet it
-        names after that one, on machines up and free, or on new ones (`apply/bursting.py`);
-        else why each cloud fleet it names could not take it."""
-        spec = resource.spec
-        assert isinstance(spec, RunSpec)
-        why_not: list[str] = []
-        for name in (spec.fleet_names() or ())[1:]:
-            entry = state.get(f"fleet.{name}")
-            item = items.get(f"fleet.{name}")
-            if entry is None or item is None or not is_cloud_fleet(entry):
-                continue
-            if not _placeable(name, item.provider, items, state):
-                continue  # created or changed by this plan: its machines are not known yet
-            run = HostRun(resource.address, resource.name, spec, True)
-            up = (await self._place_on(name, [run], state)).placements[resource.address]
-            if up.placed:
-                why = (left.note or "").removeprefix("pending: ")
-                return up.model_copy(
-                    update={"note": f"burst: {left.fleet} cannot take it now ({why})"}
-                )
-            from dstack_plan.apply.bursting import burst_offer
-            from dstack_plan.apply.cloud_records import CloudFleetRecord
-            from dstack_plan.apply.volume_mounts import volume_needs
-            from dstack_plan.config.fleet import FleetSpec
-
-            fleet_spec = spec_from_normalized("fleet", dict(entry.spec))
-            assert isinstance(fleet_spec, FleetSpec)
-            providers = self.clouds.providers(entry.provider, state.lineage, creating=False)
-            record = CloudFleetRecord.of(entry)
-            needs = volume_needs(spec, name, entry.provider, self._volume_sites(state))
-            if needs.never is not None:
-                why_not.append(f"fleet {name}: {needs.never}")
-                continue
-            offered = await burst_offer(
-                spec, name, fleet_spec, record, providers, left, claimed.get(name, 0), needs.zone
-            )
-            if isinstance(offered, Placement):
-                return offered
-            why_not.append(offered)
-        return why_not
-
-    async def _place_on(self, fleet: str, runs: list[HostRun], state: State) -> FleetPlacements:
-        deployment = str(self.deployment)
-        load = await fleet_load(self.machines, fleet, state, deployment)
-        if load.candidates:
-            volumes = self._volume_sites(state)
-            return place_on_fleet(
-                runs, load.candidates, load.busy, deployment, load.labels, load.bandwidth, volumes
-            )
-        note = f"pending: no host of fleet {fleet!r} can take jobs now ({load.why_none()})"
-        provider = "ssh" if fleet != LOCAL_FLEET else LOCAL_PROVIDER
-        waiting = Placement(fleet=fleet, provider=provider, placed=False, pending=True, note=note)
-        return FleetPlacements({r.address: waiting for r in runs}, {})
-
-    def _volume_sites(self, state: State) -> dict[str, VolumeSite]:
-        """Where each volume the project declares or state records lives."""
-        from dstack_plan.apply.volume_mounts import volume_sites
-
-        # `of_kind("volume")` holds VolumeSpecs only; a project without volumes never imports
-        # their model
-        declared = cast("list[VolumeSpec]", [r.spec for r in self.load().of_kind("volume")])
-        return volume_sites(state, declared)
+    def _placer(self) -> RunPlacement:
+        return RunPlacement(self.machines, lambda: self.clouds, str(self.deployment), self.clock)
 
     # -- apply ---------------------------------------------------------------------------
 
@@ -741,43 +592,6 @@ def _local_provider(agent_dir: str | Path | None) -> LocalProvider:
     if not isinstance(provider, LocalProvider):  # the CLI reads what only it records
         raise ProviderError(LOCAL_PROVIDER, f"{type(provider).__name__} is not LocalProvider")
     return provider
-
-
-def _fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:
-    """The fleet a run goes to: the first it names, else the first declared, else `local`."""
-    spec = resource.spec
-    assert isinstance(spec, RunSpec)
-    named = spec.fleet_names()
-    if named:
-        return named[0]
-    return next(iter(fleets), LOCAL_FLEET)
-
-
-def _placeable(fleet: str, provider: str, items: dict[str, DesiredItem], state: State) -> bool:
-    """Whether the plan can place runs on `fleet`: the local fleet, or an SSH fleet that
-    state records as this plan leaves it (one it creates or changes is known after apply)."""
-    if fleet == LOCAL_FLEET:
-        return True
-    address = f"fleet.{fleet}"
-    current, item = state.get(address), items.get(address)
-    if provider not in HOST_FLEET_PROVIDERS or current is None or current.tainted or item is None:
-        return False
-    return not diff_specs("fleet", current.spec, item.spec).changed
-
-
-def _fleet_changes(item: DesiredItem, state: State) -> bool:
-    """Whether the plan creates, replaces or changes the fleet `item` declares."""
-    current = state.get(item.address)
-    if current is None or current.tainted:
-        return True
-    return not diff_specs("fleet", current.spec, item.spec).empty
-
-
-def _fleet_replaced(item: DesiredItem, current: ResourceState | None) -> bool:
-    """Whether the fleet `item` declares gets all-new machines (created or replaced)."""
-    if current is None or current.tainted:
-        return True
-    return bool(diff_specs("fleet", current.spec, item.spec).forces_replacement)
 
 
 def _provider_of(resource: Resource, fleets: dict[str, Resource]) -> str:

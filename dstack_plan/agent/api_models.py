@@ -420,7 +420,7 @@ class HostClaim(BaseModel):
 
     lineage: str
     deployment: str
-    """The deployment key of the owner's state: its jobs carry it (`apply/jobs.py`)."""
+    """The deployment key of the owner's state: its jobs carry it (`runs/jobs.py`)."""
     project: str
     state: str
     """Where the owner's state lives: a path or an `s3://` URL."""

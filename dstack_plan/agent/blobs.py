@@ -1,6 +1,6 @@
 """Uploaded code archives: a store named by sha256, and unpacking that cannot escape.
 
-An archive (built by the controller's `apply/code_archive.py`) holds `wd/<path>` (relative to
+An archive (built by the controller's `runs/code_archive.py`) holds `wd/<path>` (relative to
 the job's working dir), `home/<path>` (the job user's home) and `abs/<path>` (absolute).
 Every member is checked before anything is written: no absolute names, no `..`, only
 regular files, directories and symlinks that stay inside their root (no hard links, no

@@ -11,9 +11,9 @@ submits any job, so by then the state exists and the jobs get the key of its rea
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
-from dstack_plan.apply.jobs import deployment_key
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 
 
@@ -50,3 +50,11 @@ class Deployment:
 
     def __repr__(self) -> str:
         return f"Deployment({self._backend.location!r})"
+
+
+def deployment_key(lineage: str) -> str:
+    """A short id of the state a run belongs to, from the state's lineage: fixed when the
+    state is born and different for every state, wherever its file lives (two projects'
+    `.dstack/state.json` are the same relative path). States from before hashed that path
+    into six hex digits; these keys have eight, so the two kinds never collide."""
+    return hashlib.sha1(lineage.encode()).hexdigest()[:8]

@@ -14,7 +14,7 @@ from dstack_plan.cli.policy_view import PolicyOpt
 if TYPE_CHECKING:
     from dstack_plan.cli.output import Line
     from dstack_plan.plan.model import Plan
-    from dstack_plan.policy.model import PolicyReport
+    from dstack_plan.plan.policy_report import PolicyReport
 
 ApproveOpt = typer.Option(False, "-y", "--auto-approve", "--yes", help="Skip the confirmation.")
 InputOpt = typer.Option(True, "--input/--no-input", help="Ask for confirmation when needed.")
@@ -170,10 +170,10 @@ async def _apply_flow(
 ) -> bool:
     from dstack_plan.apply.interrupt import Interrupt
     from dstack_plan.cli.output import print_lines, progress
-    from dstack_plan.cli.plan_view import render_plan
     from dstack_plan.cli.policy_view import enforce
     from dstack_plan.errors import DstackPlanError
     from dstack_plan.plan.planfile import load_plan
+    from dstack_plan.plan.render import render_plan
 
     destroy = options.destroy
     if not approve and not interactive:

@@ -150,7 +150,7 @@ def probe(
     (`scheduler/bandwidth.py`) reads it; `dstack watch` exports it as a metric.
     """
     from dstack_plan.cli.output import print_json, print_lines
-    from dstack_plan.inspect.probe import link_rows, probe_fleet, record_bandwidth
+    from dstack_plan.fleets.probe import link_rows, probe_fleet, record_bandwidth
 
     project = common.make_project(directory, [], state)
 

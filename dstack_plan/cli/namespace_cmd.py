@@ -134,10 +134,10 @@ def list_(
     """
     import time
 
-    from dstack_plan.apply.usage import namespace_usage
     from dstack_plan.cli.output import print_json, print_lines
     from dstack_plan.config.quotas import load_quotas
     from dstack_plan.inspect.namespaces import HEADERS, namespaces_view, table_rows
+    from dstack_plan.runs.usage import namespace_usage
 
     project = common.make_project(directory, [], state)
     quotas = load_quotas(directory)

@@ -1,4 +1,5 @@
-"""Printing to the terminal: consoles, errors, JSON."""
+"""Printing to the terminal: consoles, errors, JSON, styled lines (`Line`, `Part` and `styled`
+live in `dstack_plan.plan.lines`, beside the plan rendering that makes most of them)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from dstack_plan.errors import ConfigError, DstackPlanError, shown
+from dstack_plan.plan.lines import Line
+from dstack_plan.plan.lines import Part as Part
+from dstack_plan.plan.lines import styled as styled
 
 
 def _no_color() -> bool:
@@ -50,18 +54,6 @@ def print_bug() -> None:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-Part = str | tuple[str, str]
-"""Text as it is, or `(text, style)` with a rich style such as `"bold red"`."""
-Line = str | tuple[Part, ...]
-"""One line of output: plain text, or parts printed one after the other. Text is never
-parsed as markup, so user text (a command, an error message) is shown exactly as written."""
-
-
-def styled(text: str, style: str) -> tuple[str, str]:
-    """A part of a line in `style` (dropped when colours are off or output is piped)."""
-    return (text, style)
 
 
 def print_lines(lines: Iterable[Line], stderr: bool = False) -> None:

@@ -94,8 +94,8 @@ def plan(
 ) -> None:
     """Show the changes apply would make, where runs go and what they cost."""
     from dstack_plan.cli.output import print_json, print_lines, progress
-    from dstack_plan.cli.plan_view import render_plan
     from dstack_plan.plan.planner import PlanOptions
+    from dstack_plan.plan.render import render_plan
 
     project = common.make_project(directory, files, state)
     project.labels = labels_of(label)

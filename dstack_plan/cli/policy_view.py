@@ -10,7 +10,7 @@ import typer
 if TYPE_CHECKING:
     from dstack_plan.cli.output import Line
     from dstack_plan.plan.model import Plan
-    from dstack_plan.policy.model import PolicyReport
+    from dstack_plan.plan.policy_report import PolicyReport
 
 PolicyOpt = typer.Option(
     [],

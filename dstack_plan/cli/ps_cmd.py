@@ -136,6 +136,8 @@ def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    from dstack_plan.web.wording import format_age, run_gpus
+
     if not views:
         # the hint would only repeat what -a just did
         return Text("No runs." if all_runs else "No runs. (dstack ps -a shows finished ones too.)")
@@ -174,8 +176,10 @@ def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
 
 
 def _job_row(job: JobView, now: float) -> list[str]:
+    from dstack_plan.web.wording import format_age, job_gpus, job_status_text
+
     age = format_age(now - job.started_at.timestamp()) if job.started_at else ""
-    gpus = _gpus(job)
+    gpus = job_gpus(job)
     name = f"  replica={job.replica} job={job.node}"
     return [
         f"[dim]{name}[/]",
@@ -190,47 +194,9 @@ def _job_row(job: JobView, now: float) -> list[str]:
     ]
 
 
-def run_gpus(view: RunView) -> str:
-    """What the run asks (`A100:2`); for a one-job run on a shared GPU, which one and how it
-    is shared: `25% of GPU 0 (MPS)`, `25% of GPU 0 (time-sliced: no limits)`."""
-    if len(view.jobs) == 1 and view.jobs[0].gpus and view.jobs[0].gpu_share is not None:
-        job = view.jobs[0]
-        return f"{_share(job)} of GPU {job.gpus[0]} ({_sharing(job)})"
-    return view.gpus or "-"
-
-
-def _gpus(job: JobView) -> str:
-    """`0,1`; a shared GPU with the job's share and how it is shared: `0 (25%, MPS)`,
-    `0 (25%, time-sliced: no limits)`."""
-    shown = ",".join(str(g) for g in job.gpus)
-    if not job.gpus or job.gpu_share is None:
-        return shown
-    return f"{shown} ({_share(job)}, {_sharing(job)})"
-
-
-def _share(job: JobView) -> str:
-    from dstack_plan.scheduler.occupancy import percent
-
-    return percent(job.gpu_share or 0)
-
-
-def _sharing(job: JobView) -> str:
-    """Said plainly: with MPS the share's limits hold; time-slicing enforces none."""
-    return "MPS" if job.gpu_sharing == "mps" else "time-sliced: no limits"
-
-
 def _ports(job: JobView) -> str:
     """`127.0.0.1:49153 -> 8799`, comma-separated; `-` for a job that listens on none."""
     return ", ".join(str(p) for p in job.ports) or "-"
-
-
-def job_status_text(job: JobView) -> str:
-    """dstack's job wording: `exited (N)` for a failure with an exit code, `stopped`..."""
-    if job.status == "failed" and job.exit_code is not None:
-        return f"exited ({job.exit_code})"
-    if job.status == "terminated":
-        return "stopped"
-    return job.status
 
 
 def _styled(status: str) -> str:
@@ -238,13 +204,3 @@ def _styled(status: str) -> str:
     if status.startswith("exited"):
         style = "red"
     return f"[{style}]{status}[/]" if style else status
-
-
-def format_age(seconds: float) -> str:
-    """`now`, `45s`, `12m`, `3h`, `5d` (the largest whole unit)."""
-    if seconds < 1:
-        return "now"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"

@@ -15,6 +15,8 @@ from dstack_plan.cli.ui_cmd import BindOpt
 LEASE_TTL = 15.0
 """Seconds a leader's lease lasts unrenewed: a standby acts within this (plus a tick) after the
 leader dies."""
+LEASE_ENV = "DSTACK_PLAN_WATCH_LEASE"
+"""Sets the leader's lease (seconds, or a duration such as `90s`, `10m`) instead of 15 s."""
 
 if TYPE_CHECKING:
     from dstack_plan.project import Project
@@ -84,6 +86,7 @@ def watch(
     """
     from dstack_plan.config.units import parse_duration
     from dstack_plan.errors import DstackPlanError
+    from dstack_plan.state.env import env_seconds
     from dstack_plan.state.events import EventLog
     from dstack_plan.state.lease import LeaderLease, new_holder_id
     from dstack_plan.watch.actors import default_actors
@@ -137,7 +140,10 @@ def watch(
 
                 web = await serve_ui(project, bind, directory, state, history)
             lease = LeaderLease(
-                project.backend, new_holder_id(), ttl=LEASE_TTL, clock=project.clock
+                project.backend,
+                new_holder_id(),
+                ttl=env_seconds(LEASE_ENV, LEASE_TTL),
+                clock=project.clock,
             )
             # Every event watch records is also a log line (`--log-format json` for
             # collectors) once logging is asked for; unasked, the lines printed above say it.

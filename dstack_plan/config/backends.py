@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from dstack_plan.config.atomic import write_private_atomic
 from dstack_plan.config.base import FieldConflict, ItemError, Strict
 from dstack_plan.config.settings_file import read_mapping
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
 from dstack_plan.errors import ConfigError
-from dstack_plan.state.atomic import write_private_atomic
 
 if TYPE_CHECKING:
     from dstack_plan.config.locate import Target

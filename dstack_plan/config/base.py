@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
@@ -20,6 +19,9 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from dstack_plan.config.described import Described
+from dstack_plan.config.introspect import field_paths, path_exists
+
 NAME_PATTERN = r"^[a-z][a-z0-9-]{1,40}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 RESOURCE_KINDS = ("task", "service", "dev-environment", "fleet", "volume", "gateway")
@@ -30,18 +32,6 @@ KINDS = (*RESOURCE_KINDS, "preset")
 _ADDRESS_RE = re.compile(
     r"^(task|service|dev-environment|fleet|volume|gateway)\.[a-z][a-z0-9-]{1,40}$"
 )
-
-
-@dataclass(frozen=True)
-class Described:
-    """How error messages name what a field takes, for types whose Python type says too little.
-
-    Put it in a type's `Annotated[...]` metadata, or as a model's `_described` class variable.
-    `one` follows "expected" (`a port such as 8080 or "8080:80"`); `many` follows "a list of".
-    """
-
-    one: str
-    many: str | None = None
 
 
 STORED: dict[str, Any] = {"stored": True}
@@ -190,8 +180,6 @@ class ResourceSpec(Strict):
     @classmethod
     def _ignored_paths_exist(cls, value: Lifecycle, info: ValidationInfo) -> Lifecycle:
         # a path no spec of this kind has would silently ignore nothing: a typo, most likely
-        from dstack_plan.config.introspect import field_paths, path_exists  # noqa: PLC0415 - it imports this module
-
         if is_stored(info):
             return value
         for index, path in enumerate(value.ignore_changes):

@@ -3,7 +3,7 @@
 dstack reads cron with APScheduler's `CronTrigger.from_crontab`: five fields, UTC, weekday
 numbers counted from Monday (`0` is Monday, `6` is Sunday, `7` is an error; names mean what
 they say). `posix_cron` rewrites the weekday field into the POSIX numbering croniter uses, so
-`dstack_plan/watch/schedule.py` computes fire times the way dstack did.
+`dstack_plan/runs/schedule.py` computes fire times the way dstack did.
 """
 
 from __future__ import annotations

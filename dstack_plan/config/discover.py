@@ -4,6 +4,7 @@ Paths that cannot be read are skipped with one warning each; version control, st
 virtualenv directories are skipped quietly; mounts of kernel pseudo file systems (`/proc`,
 `/sys`, cgroups...) are never entered, so `dstack validate /` reads only real files. Symlinked
 directories are not followed (a link back up the tree would loop); symlinked files are read.
+FIFOs, sockets and devices with a config's name are skipped with a warning.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -76,7 +78,23 @@ def iter_config_files(directory: Path, warn: Warn | None = None) -> Iterator[Pat
                 continue  # a virtualenv under another name
             kept.append(name)
         dirs[:] = kept
-        yield from (Path(root, f) for f in sorted(files) if is_config_file(f))
+        for name in sorted(files):
+            if is_config_file(name) and not _special(os.path.join(root, name), report):
+                yield Path(root, name)
+
+
+def _special(path: str, report: Warn) -> bool:
+    """Whether `path` is a FIFO, socket or device (reading a FIFO would wait forever for a
+    writer): reported and skipped. A path that cannot be stat'ed is left to the reader,
+    whose error names it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISREG(mode):
+        return False
+    report(f"skipped {path}: not a regular file")
+    return True
 
 
 def pseudo_mounts() -> frozenset[str]:

@@ -25,6 +25,7 @@ __all__ = [
     "SHARE_FRAGMENT",
     "SHARE_HELP",
     "SHARE_SCHEMA",
+    "WHOLE",
     "check_one_gpu",
     "format_share",
     "fraction_schema",
@@ -45,7 +46,8 @@ SHARE_FRAGMENT = rf"\d+(?:\.\d+)?{SPACE}%"
 
 _PERCENT_RE = re.compile(rf"{SPACE}(\d+(?:\.\d+)?){SPACE}%{SPACE}", re.ASCII)
 _MAX_TEXT = 24  # no valid percentage is longer; bounds the work on hostile input
-_WHOLE = 1000  # thousandths in one GPU
+WHOLE = 1000
+"""A whole GPU, in thousandths: the unit of shares (the scheduler and the agent count in it)."""
 
 
 def fraction_schema() -> dict[str, Any]:
@@ -72,11 +74,11 @@ def _thousandths(value: object) -> Decimal | None:
     if isinstance(value, float) and math.isfinite(value):
         try:
             # repr is the shortest text that reads back as this float: 0.1 is 0.1, not 0.1000...
-            return Decimal(repr(value)) * _WHOLE
+            return Decimal(repr(value)) * WHOLE
         except InvalidOperation:  # pragma: no cover - repr of a finite float always parses
             return None
     if isinstance(value, int) and not isinstance(value, bool):
-        return Decimal(_WHOLE if value > 0 else 0)  # any integer is out of range
+        return Decimal(WHOLE if value > 0 else 0)  # any integer is out of range
     return None
 
 
@@ -91,7 +93,7 @@ def parse_share(what: str, value: object) -> int:
         raise ValueError(
             f"invalid {what}: share {shown} is not a percentage or fraction; {SHARE_HELP}"
         )
-    if not 0 < amount < _WHOLE:
+    if not 0 < amount < WHOLE:
         raise ValueError(f"invalid {what}: share {shown} is out of range; {SHARE_HELP}")
     if amount != amount.to_integral_value():
         raise ValueError(f"invalid {what}: share {shown} is finer than 0.1%; {SHARE_HELP}")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from dstack_plan.config.base import Described
+from dstack_plan.config.described import Described
 from dstack_plan.config.units import describe
 
 if TYPE_CHECKING:

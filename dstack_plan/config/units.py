@@ -19,7 +19,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from dstack_plan.config.base import Described
+from dstack_plan.config.described import Described
 
 __all__ = [
     "OFF",

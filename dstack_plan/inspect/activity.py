@@ -9,8 +9,8 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from dstack_plan.agent.protocol import FINISHED_STATUSES
-from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.runs.records import JobRecord, RunRecord
 
 if TYPE_CHECKING:
     from dstack_plan.project import Project

@@ -6,11 +6,11 @@ and an IDE (VS Code Remote-SSH, Cursor, Windsurf, Zed).
 
 The job runs its own sshd, which its agent started on the host's 127.0.0.1 (`agent/job_sshd.py`)
 and which lets the project key in (`providers/project_key.py`; apply gave the job its public
-half). The entry (`inspect/ssh_config.py`) reaches it the way the fleet's own connections go:
+half). The entry (`runs/ssh_config.py`) reaches it the way the fleet's own connections go:
 `ProxyJump` through the host's SSH (and through the fleet's `proxy_jump` before that), as the
 fleet's user with the fleet's key, every host key pinned: the host's as the fleet recorded it,
 the job server's as its agent reported it. A job on this machine (the local fleet) is reached
-directly. The entry goes when the run is deleted (`apply/dev_ssh.py`) or stopped (`forget`).
+directly. The entry goes when the run is deleted (`runs/dev_ssh.py`) or stopped (`forget`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
-from dstack_plan.inspect.ssh_config import (
+from dstack_plan.runs.dev_ssh import DEV_KIND
+from dstack_plan.runs.records import JobRecord, RunRecord
+from dstack_plan.runs.ssh_config import (
     Entry,
     HostBlock,
     Section,
     config_dir,
     known_host,
-    remove_entries,
     user_config,
     write_entry,
 )
@@ -58,7 +58,6 @@ LOCAL_ADDRESS = "127.0.0.1"
 VSCODE_LIKE = {"vscode": "vscode", "cursor": "cursor", "windsurf": "windsurf"}
 """`ide:` -> the URL scheme of an editor that opens `vscode-remote/ssh-remote+HOST/PATH`."""
 IDE_NAMES = {"vscode": "VS Code", "cursor": "Cursor", "windsurf": "Windsurf", "zed": "Zed"}
-DEV_KIND = "dev-environment"
 
 
 @dataclass(frozen=True)
@@ -279,8 +278,8 @@ def _route(
     host key each was pinned with, by host name: as the fleet recorded it, or (a jump host,
     whose key state does not keep) as this command's connection to it pinned it on first use.
     None: `~/.ssh/known_hosts` vouched for it, so nothing was pinned."""
-    from dstack_plan.apply.fleet_records import FleetRecord
-    from dstack_plan.apply.machines import ssh_config_of
+    from dstack_plan.fleets.machines import ssh_config_of
+    from dstack_plan.fleets.records import FleetRecord
     from dstack_plan.providers.ssh.models import targets_from_config
 
     entry = state.get(f"fleet.{fleet}")
@@ -301,18 +300,3 @@ def _route(
         return recorded.get(name) or seen.get(name)
 
     return chain, pin
-
-
-def forget(run: ResourceState, directory: Path | None = None) -> list[str]:
-    """Remove the SSH entries of `run`'s jobs (it was deleted or stopped); best effort: a
-    config that cannot be rewritten is logged, never failing what removed the run."""
-    if run.kind != DEV_KIND:
-        return []
-    jobs = {j.id for j in RunRecord.of(run).jobs}
-    if not jobs:
-        return []
-    try:
-        return remove_entries(directory, run=run.name, jobs=jobs)
-    except (OSError, DstackPlanError) as e:
-        log.warning("%s: could not remove its SSH entry: %s", run.address, e)
-        return []

@@ -100,7 +100,7 @@ def ssh_fleets(desired: Desired) -> list[tuple[str, list[SSHTarget]]]:
 
 def pinned_keys(state: State) -> dict[str, str]:
     """Host name -> the host key state pinned for it, over every SSH fleet in `state`."""
-    from dstack_plan.apply.fleet_records import FleetRecord
+    from dstack_plan.fleets.records import FleetRecord
 
     pins: dict[str, str] = {}
     for entry in state.resources.values():

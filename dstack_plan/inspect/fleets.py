@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from dstack_plan.apply.fleet_records import BandwidthRecord, FleetRecord, HostRecord
 from dstack_plan.apply.handlers import ApplyContext, ResourceHandler
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.fleets.records import BandwidthRecord, FleetRecord, HostRecord
 from dstack_plan.state.backend import StateBackend
 from dstack_plan.state.commit import commit_async
 from dstack_plan.state.lock import hold_lock

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from dstack_plan.agent.logformat import log_line, rfc3339
-from dstack_plan.apply.run_records import run_span_id
 from dstack_plan.inspect.logs import finished_before, open_job, select_job
 from dstack_plan.inspect.runs import find_run
+from dstack_plan.runs.records import run_span_id
 from dstack_plan.state.events import (
     Event,
     EventCursor,

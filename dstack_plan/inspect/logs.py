@@ -12,9 +12,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, BinaryIO
 
-from dstack_plan.apply.run_records import JobRecord
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.inspect.runs import find_run, job_agent, job_records
+from dstack_plan.runs.records import JobRecord
 from dstack_plan.state.model import ResourceState
 
 if TYPE_CHECKING:

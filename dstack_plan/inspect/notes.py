@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from dstack_plan.apply.rollout import progress_note
-from dstack_plan.apply.run_records import service_url
-from dstack_plan.apply.scaling import ScalingRecord
+from dstack_plan.runs.records import service_url
+from dstack_plan.runs.rollout import progress_note
+from dstack_plan.runs.scaling import ScalingRecord
 from dstack_plan.state.model import ResourceState
 
 

@@ -6,7 +6,7 @@ The machines are this one (the `local` fleet), the hosts of every SSH fleet in s
 offers of the cloud backends `.dstack/backends.yml` configures (`providers/configured.py`;
 just one backend's offers with `backend=`).
 A fleet's host is shared by the jobs placed on it, so it matches when it can give the lower
-bounds (`scheduler.matching.static_mismatch`); a provider's offer is a whole machine, so every
+bounds (`providers.matching.static_mismatch`); a provider's offer is a whole machine, so every
 range must hold it (`offer_mismatch`). Each host's agent is asked what runs there, to say
 whether it is idle, available (jobs run, but the GPUs asked for are free) or busy (and with
 what). Hosts that do not match are listed apart, with why. Nothing is written.
@@ -21,21 +21,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dstack_plan.apply.host_load import BusyJob, busy_jobs
-from dstack_plan.apply.machines import Machine
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.errors import DstackPlanError, ProviderError
+from dstack_plan.fleets.host_load import BusyJob, busy_jobs
+from dstack_plan.fleets.machines import Machine
 from dstack_plan.providers.base import MachineResources, Offer
 from dstack_plan.providers.configured import cloud_providers
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
-from dstack_plan.providers.names import CLOUDS, HOST_FLEET_PROVIDERS
-from dstack_plan.providers.registry import GROUP, provider_class
-from dstack_plan.scheduler.matching import (
+from dstack_plan.providers.matching import (
     gpu_share_wanted,
     gpus_wanted,
     offer_mismatch,
     static_mismatch,
 )
+from dstack_plan.providers.names import CLOUDS, HOST_FLEET_PROVIDERS
+from dstack_plan.providers.registry import GROUP, provider_class
 from dstack_plan.scheduler.occupancy import WHOLE, gpu_free, take
 from dstack_plan.state.model import State
 

@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from dstack_plan.apply.jobs import JobSlot, container_ports
-from dstack_plan.apply.runs import fleet_of
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.inspect.runs import FINISHED, job_agent, job_records
+from dstack_plan.runs.handler import fleet_of
+from dstack_plan.runs.jobs import JobSlot, container_ports
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import PublishedPort
-    from dstack_plan.apply.run_records import JobRecord
     from dstack_plan.project import Project
     from dstack_plan.providers.ssh.forward import Forward
+    from dstack_plan.runs.records import JobRecord
 
 PORTS_WAIT = 30.0
 """Seconds to wait for the agent to say where a starting job's ports listen (a container

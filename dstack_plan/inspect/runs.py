@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from dstack_plan.agent.api_models import PublishedPort
-from dstack_plan.apply.run_records import JobRecord, RunRecord, served_now, service_url
-from dstack_plan.apply.runs import fleet_of
-from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.inspect.notes import run_notes
 from dstack_plan.inspect.resources import find_entry
+from dstack_plan.runs.handler import fleet_of
+from dstack_plan.runs.records import JobRecord, RunRecord, served_now, service_url
+from dstack_plan.runs.scaling import ScalingRecord
 from dstack_plan.state.lease import leader
 from dstack_plan.state.model import ResourceState, State
 

@@ -14,16 +14,16 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dstack_plan.apply.queueing import QUEUED_KEY, STOPPED_BY_USER
 from dstack_plan.errors import AgentError
 from dstack_plan.inspect.runs import find_run, job_agent, job_records
+from dstack_plan.runs.queueing import QUEUED_KEY, STOPPED_BY_USER
 from dstack_plan.state.model import ResourceState, State, timestamp
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
     from dstack_plan.agent.client import AgentClient
-    from dstack_plan.apply.run_records import JobRecord
     from dstack_plan.project import Project
+    from dstack_plan.runs.records import JobRecord
 
 STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond the stop timeout for the agent to report a job finished."""
@@ -45,9 +45,9 @@ class StopResult:
 
 def stop_timeout(run: ResourceState) -> float:
     """Seconds between SIGTERM and SIGKILL: the run's `stop_duration` (0 when off)."""
-    from dstack_plan.apply.runs import stop_seconds
     from dstack_plan.config.runs import RunSpec
     from dstack_plan.plan.normalize import spec_from_normalized
+    from dstack_plan.runs.jobs import stop_seconds
 
     spec = spec_from_normalized(run.kind, run.spec)
     assert isinstance(spec, RunSpec)
@@ -58,7 +58,7 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
     """Stop every job of run `ref` (gracefully within its stop_duration, or `abort` at once),
     wait until they have ended, and commit the run's new status and job statuses."""
     from dstack_plan.apply.records import deposed_of
-    from dstack_plan.apply.runs import run_status
+    from dstack_plan.runs.handler import run_status
 
     state = project.backend.read().state
     run = find_run(state, ref)
@@ -110,7 +110,7 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
 
     await commit_async(project.backend, record)
     if run.kind == "dev-environment":  # its jobs are gone: so is the SSH entry attach wrote
-        from dstack_plan.inspect.dev_ssh import forget
+        from dstack_plan.runs.dev_ssh import forget
 
         forget(run)
     return StopResult(

@@ -15,8 +15,8 @@ from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
-    from dstack_plan.apply.run_records import JobRecord
     from dstack_plan.project import Project
+    from dstack_plan.runs.records import JobRecord
 
 _CONCURRENT_STREAMS = 32
 
@@ -132,11 +132,11 @@ async def _keep_gang(
     """Once one of `run`'s jobs ended: stop the other nodes of a multi-node task when one
     failed, or when the master is done and the run says `stop_criteria: master-done` (see
     `apply.gang`). `stopped`: the runs already stopped so, which are left alone."""
-    from dstack_plan.apply.gang import gang_leftovers
     from dstack_plan.config.runs import RunSpec
     from dstack_plan.errors import AgentError
     from dstack_plan.inspect.stop import stop_timeout
     from dstack_plan.plan.normalize import spec_from_normalized
+    from dstack_plan.runs.gang import gang_leftovers
 
     spec = spec_from_normalized(run.kind, run.spec)
     assert isinstance(spec, RunSpec)

@@ -19,14 +19,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dstack_plan.agent.client import AgentClient
-from dstack_plan.apply.machines import FleetMachines, Machine
-from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.clock import Clock
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError
+from dstack_plan.fleets.machines import FleetMachines, Machine
 from dstack_plan.inspect.top_sample import HostReading, cpu_percent, reading
 from dstack_plan.providers.local import LOCAL_FLEET
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.state.model import State
 
 CPU_WINDOW = 0.5

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from dstack_plan.plan.model import Plan, ResourceChange
 
 if TYPE_CHECKING:
-    from dstack_plan.policy.model import PolicyReport
+    from dstack_plan.plan.policy_report import PolicyReport
 
 
 def plan_to_json(plan: Plan, policy: PolicyReport | None = None) -> dict[str, Any]:

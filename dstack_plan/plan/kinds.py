@@ -53,10 +53,10 @@ ROLLING_FIELDS: dict[str, frozenset[str]] = {
 }
 """Fields whose change updates a kind in place by a rolling deployment (dstack's): each
 replica is replaced by one on the new spec, one at a time, the old one stopped once the new
-one runs (`apply/rollout.py`). They are what a job runs: `job_spec_hash` hashes them."""
+one runs (`runs/rollout.py`). They are what a job runs: `job_spec_hash` hashes them."""
 
 ROLLOUT_KEY = "rollout"
-"""The state attribute of a service whose rolling update is not over (`apply/rollout.py`):
+"""The state attribute of a service whose rolling update is not over (`runs/rollout.py`):
 the plan updates it again, so that `apply` finishes (or retries) it."""
 
 STATE_ONLY_FIELDS = frozenset({"lifecycle", "depends_on"})

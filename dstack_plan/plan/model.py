@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dstack_plan.plan.html_table import html_table
+
 if TYPE_CHECKING:
     from dstack_plan.state.model import ResourceState
 
@@ -201,10 +203,13 @@ class Plan(Frozen):
         return any(c.action is not Action.NOOP or c.origin_only for c in self.changes)
 
     def _repr_html_(self) -> str:
-        """A notebook's view of the plan: its changes as a table."""
-        from dstack_plan.sdk.html import plan_table
-
-        return plan_table(self)
+        """A notebook's view of the plan: one row per change (action, address, reason, where
+        it goes), the summary as the caption."""
+        rows = [
+            (c.action.value, c.address, c.reason or "", c.placement.fleet if c.placement else "")
+            for c in self.changes
+        ]
+        return html_table(("action", "address", "reason", "fleet"), rows, self.summary())
 
     def counts(self) -> tuple[int, int, int]:
         """(to add, to change, to destroy) as Terraform counts them: a replace is +1 and -1."""

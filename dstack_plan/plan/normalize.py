@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 CODE_KEY = "code"
 """A run's normalised spec also holds the fingerprint of the local files it sends (see
-`apply/code_archive.py`), so that changed content is a change of the run; no model field."""
+`runs/code_archive.py`), so that changed content is a change of the run; no model field."""
 
 
 def spec_from_normalized(kind: str, data: dict[str, Any]) -> AnySpec:

@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from dstack_plan.errors import PlanError
 from dstack_plan.plan.model import PLAN_FORMAT_VERSION, Plan
+from dstack_plan.plan.policy_report import PolicyReport
 from dstack_plan.state.backend import StateSnapshot
-
-if TYPE_CHECKING:
-    from dstack_plan.policy.model import PolicyReport
 
 _KIND = "dstack-plan saved plan"
 
@@ -52,8 +49,6 @@ def load_plan(path: str | Path) -> Plan:
 def load_policy_record(path: str | Path) -> PolicyReport | None:
     """The policy results recorded in saved plan `path` (None: it was not checked against
     any policy); call after `load_plan`, which reports unreadable files."""
-    from dstack_plan.policy.model import PolicyReport
-
     payload = json.loads(Path(path).read_text())
     record = payload.get("policy")
     if record is None:

@@ -10,7 +10,8 @@ from dstack_plan.policy.loader import load_rules, policy_paths
 
 if TYPE_CHECKING:
     from dstack_plan.plan.model import Plan
-    from dstack_plan.policy.model import LoadedRule, PolicyReport
+    from dstack_plan.plan.policy_report import PolicyReport
+    from dstack_plan.policy.model import LoadedRule
 
 
 def check_plan(

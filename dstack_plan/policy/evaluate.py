@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from dstack_plan.errors import ConfigError, DstackPlanError
+from dstack_plan.plan.policy_report import Outcome, PolicyReport, RuleResult
 from dstack_plan.policy.cel_check import Checker, FieldError
 from dstack_plan.policy.cel_parse import CelSyntaxError, parse
-from dstack_plan.policy.model import LoadedRule, Outcome, PolicyReport, RuleResult
+from dstack_plan.policy.model import LoadedRule
 from dstack_plan.policy.schema import FUNCTIONS, VARIABLES
 from dstack_plan.policy.variables import plan_functions, plan_values
 

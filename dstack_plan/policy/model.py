@@ -1,15 +1,27 @@
-"""Policy files, their rules, and the outcome of checking a plan against them."""
+"""Policy files and their rules. The outcome of checking a plan against them (`PolicyReport`,
+`RuleResult`) lives in `dstack_plan.plan.policy_report`, beside the plan that records it; it is
+re-exported here."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dstack_plan.config.base import Strict
+from dstack_plan.plan.policy_report import Outcome, PolicyReport, RuleResult, Severity
 
-Severity = Literal["deny", "warn"]
-Outcome = Literal["pass", "fail"]
+__all__ = [
+    "LoadedRule",
+    "Outcome",
+    "PolicyFile",
+    "PolicyReport",
+    "Rule",
+    "RuleResult",
+    "Severity",
+    "Where",
+    "policy_file_schema",
+]
 
 
 class Rule(Strict):
@@ -65,31 +77,3 @@ class LoadedRule(NamedTuple):
         if lines == 0:
             return self.where.line, self.where.column + len(last)
         return self.where.line + lines, len(last) + 1
-
-
-class RuleResult(BaseModel):
-    """A rule's outcome, as the JSON plan's `policy.rules` and saved plans record it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    file: str
-    severity: Severity
-    outcome: Outcome
-    message: str
-
-
-class PolicyReport(BaseModel):
-    """The outcome of checking a plan: each rule's result, and whether the plan is denied."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    rules: tuple[RuleResult, ...] = ()
-    denied: bool = False
-
-    def failed(self, severity: Severity) -> list[RuleResult]:
-        return [r for r in self.rules if r.outcome == "fail" and r.severity == severity]
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON plan's `policy` section: `{"rules": [...], "denied": bool}`."""
-        return {"rules": [r.model_dump() for r in self.rules], "denied": self.denied}

@@ -131,9 +131,9 @@ def _run(change: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
 def _job_gpus(kind: str, spec: dict[str, Any]) -> list[float]:
     """The GPUs each job of the run asks for: the lower bound of its count (a shared GPU as
     its fraction), per node of a task and per replica of a service, as quotas count them."""
-    from dstack_plan.apply.usage import slot_gpus
     from dstack_plan.config.runs import RunSpec
     from dstack_plan.plan.normalize import spec_from_normalized
+    from dstack_plan.runs.usage import slot_gpus
 
     parsed = spec_from_normalized(kind, spec)
     assert isinstance(parsed, RunSpec)

@@ -36,6 +36,7 @@ from dstack_plan.agent.deferred_client import DeferredAgentClient
 from dstack_plan.agent.protocol import HUNG_STOP_TIMEOUT
 from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.providers.base import GPU, Instance, MachineResources, Offer, Provider
+from dstack_plan.providers.matching import static_mismatch
 
 if TYPE_CHECKING:
     from dstack_plan.agent.http import Response
@@ -84,8 +85,6 @@ class LocalProvider(Provider):
     async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:
         """This machine, free, unless `requirements` could never fit it (its host facts:
         gathered in-process, or from the agent if it runs; well under a second)."""
-        from dstack_plan.scheduler.matching import static_mismatch
-
         resources = resources_from_facts(await self._facts())
         if requirements is not None and static_mismatch(requirements, resources) is not None:
             return []

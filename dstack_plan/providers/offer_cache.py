@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from dstack_plan.state.atomic import write_private_atomic
+from dstack_plan.config.atomic import write_private_atomic
 
 CACHE_DIR = ".dstack/cache"
 TTL_ENV = "DSTACK_PLAN_OFFER_CACHE_TTL"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from dstack_plan.state.atomic import write_private_atomic
+from dstack_plan.config.atomic import write_private_atomic
 
 TOKEN_FILE = Path(".dstack") / "service-token"
 

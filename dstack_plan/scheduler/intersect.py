@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from dstack_plan.config.gpu import GPUSpec
+from dstack_plan.config.gpu_names import GPUModel, parse_wanted_name, same_model
 from dstack_plan.config.ranges import Range
 from dstack_plan.config.resources import CPUSpec, DiskSpec, ResourcesSpec
 from dstack_plan.errors import PlanError
-from dstack_plan.scheduler.gpu_names import GPUModel, parse_wanted_name, same_model
 
 R = TypeVar("R", bound=Range[Any])
 E = TypeVar("E")

@@ -14,10 +14,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+from dstack_plan.config.gpu_names import normalise_gpu_name
 from dstack_plan.config.labels import GPU_MODEL, NEAR
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.providers.base import MachineResources
-from dstack_plan.scheduler.gpu_names import normalise_gpu_name
 from dstack_plan.scheduler.placement import Candidate, Decision
 
 LABELS = "labels"

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-WHOLE = 1000
-"""A whole GPU, in thousandths."""
+from dstack_plan.config.gpu_share import WHOLE
+
+__all__ = ["WHOLE", "Holder", "gpu_free", "percent", "take"]
 
 
 class Holder(Protocol):

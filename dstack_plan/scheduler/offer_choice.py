@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from dstack_plan.config.profile import SpotPolicy
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.providers.base import Offer
-from dstack_plan.scheduler.matching import offer_mismatch
+from dstack_plan.providers.matching import offer_mismatch
 
 MAX_TRIES = 25
 """Offers tried before a create gives up (dstack tries as many)."""

@@ -17,12 +17,12 @@ from typing import NamedTuple
 
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.providers.base import GPU, MachineResources
-from dstack_plan.scheduler.bandwidth import best_gang
-from dstack_plan.scheduler.matching import (
+from dstack_plan.providers.matching import (
     gpu_share_wanted,
     gpus_needed,
     static_mismatch,
 )
+from dstack_plan.scheduler.bandwidth import best_gang
 from dstack_plan.scheduler.occupancy import gpu_free, percent, take
 from dstack_plan.scheduler.packing import (
     UNIFORM,

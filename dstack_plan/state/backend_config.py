@@ -22,11 +22,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel
 
+from dstack_plan.config.atomic import write_private_atomic
 from dstack_plan.config.base import Strict
 from dstack_plan.config.settings_file import read_mapping
 from dstack_plan.config.validation_errors import PendingIssue
 from dstack_plan.errors import ConfigError
-from dstack_plan.state.atomic import write_private_atomic
 
 BACKEND_FILE = ".dstack/backend.yml"
 _SECRET_LOOKING = re.compile(r"secret|password|token|credential|access_key|session", re.I)

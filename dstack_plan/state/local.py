@@ -25,14 +25,14 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from dstack_plan.clock import Clock
-from dstack_plan.errors import LockError, StateError
-from dstack_plan.state import local_history, local_records
-from dstack_plan.state.atomic import (
+from dstack_plan.config.atomic import (
     PRIVATE_MODE,
     leftover_temp_files,
     temp_path_for,
     write_private_atomic,
 )
+from dstack_plan.errors import LockError, StateError
+from dstack_plan.state import local_history, local_records
 from dstack_plan.state.backend import (
     ABSENT,
     StateBackend,

@@ -13,8 +13,8 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dstack_plan.config.atomic import temp_path_for
 from dstack_plan.errors import StateError
-from dstack_plan.state.atomic import temp_path_for
 from dstack_plan.state.backend import StateVersion
 from dstack_plan.state.codec import parse_state
 from dstack_plan.state.model import State

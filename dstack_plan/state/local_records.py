@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dstack_plan.config.atomic import PRIVATE_MODE, write_private_atomic
 from dstack_plan.errors import StateError
-from dstack_plan.state.atomic import PRIVATE_MODE, write_private_atomic
 from dstack_plan.state.backend import ABSENT, StateConflictError
 from dstack_plan.state.records import RecordSnapshot, check_record_name, joined, trimmed
 

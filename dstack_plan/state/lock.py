@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -27,9 +27,6 @@ from dstack_plan.state.canonical import canonical_json
 from dstack_plan.state.env import env_seconds, format_seconds
 from dstack_plan.state.liveness import process_gone, this_process
 from dstack_plan.state.model import Timestamp, timestamp
-
-if TYPE_CHECKING:
-    from dstack_plan.state.backend import StateBackend
 
 logger = logging.getLogger(__name__)
 
@@ -305,9 +302,23 @@ async def _keep_alive(handle: LockHandle, clock: Clock, interval: float) -> None
             logger.warning("could not renew the state lock %s: %s", handle.info.id, err)
 
 
+class Lockable(Protocol):
+    """What `hold_lock` needs of a backend: `StateBackend.lock` (every backend has it)."""
+
+    async def lock(
+        self,
+        operation: str,
+        *,
+        who: str | None = None,
+        timeout: float = 0.0,
+        clock: Clock | None = None,
+        ttl: float | None = None,
+    ) -> LockHandle: ...
+
+
 @asynccontextmanager
 async def hold_lock(
-    backend: StateBackend,
+    backend: Lockable,
     operation: str,
     *,
     who: str | None = None,

@@ -4,7 +4,7 @@ watch's proxy asks for (`scaling_decision.py`), within their `replicas` range.
 Each tick, for every such service, the proxy's request counts give a rate over
 `scaling.window`; the decision is carried out by the service's handler (`RunHandler.scale`:
 new replicas placed and started, the surplus stopped as `scaled_down`), and kept in the
-run's state attributes (`apply/scaling.py`), which `ps` shows and a later `apply` keeps.
+run's state attributes (`runs/scaling.py`), which `ps` shows and a later `apply` keeps.
 Nothing is done while an `apply` or `destroy` holds the state's lock, nor to a service in
 a rolling update. Only a watch that serves services (`--proxy-port`) scales: it is the one
 that sees the requests.
@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import logging
 
-from dstack_plan.apply.rollout import in_progress
-from dstack_plan.apply.run_records import RunRecord, run_span_id
-from dstack_plan.apply.runs import RunHandler
-from dstack_plan.apply.scaling import (
+from dstack_plan.config.runs import ServiceSpec
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.plan.kinds import FINISHED_STATUSES
+from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.proxy.stats import RequestStats
+from dstack_plan.runs.handler import RunHandler
+from dstack_plan.runs.records import RunRecord, run_span_id
+from dstack_plan.runs.rollout import in_progress
+from dstack_plan.runs.scaling import (
     SCALING_KEY,
     ScalingRecord,
     autoscaled,
     kept_replicas,
     replica_range,
 )
-from dstack_plan.config.runs import ServiceSpec
-from dstack_plan.errors import DstackPlanError
-from dstack_plan.plan.kinds import FINISHED_STATUSES
-from dstack_plan.plan.normalize import spec_from_normalized
-from dstack_plan.proxy.stats import RequestStats
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.scaling_decision import Load, decide
 from dstack_plan.watch.superseded import Superseded, log_superseded, still_current

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.protocol import RUNNING
-from dstack_plan.apply.run_records import JobRecord, RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET
+from dstack_plan.runs.records import JobRecord, RunRecord, run_span_id
 from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.watch.limits import Breach, GpuSample, limit_breaches, trim_samples

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Iterable
 
 from dstack_plan.agent.protocol import FINISHED_STATUSES
-from dstack_plan.apply.run_records import RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
+from dstack_plan.runs.records import RunRecord, run_span_id
 from dstack_plan.state.events import Event, EventLog, event_level, event_message, span_id
 from dstack_plan.state.model import ResourceState, State
 

@@ -1,15 +1,15 @@
-"""Stopping what is left of a multi-node task that is over (`apply/gang.py` decides which)."""
+"""Stopping what is left of a multi-node task that is over (`runs/gang.py` decides which)."""
 
 from __future__ import annotations
 
 import logging
 
 from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
-from dstack_plan.apply.gang import gang_leftovers
-from dstack_plan.apply.run_records import run_span_id
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.runs.gang import gang_leftovers
+from dstack_plan.runs.records import run_span_id
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)

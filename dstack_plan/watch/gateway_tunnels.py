@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 
-from dstack_plan.apply.gateways import SSH_BACKEND, GatewayRecord
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.gateways.handler import SSH_BACKEND, GatewayRecord
 from dstack_plan.watch.tick import Acted, Tick
 
 if TYPE_CHECKING:

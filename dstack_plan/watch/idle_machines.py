@@ -13,14 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 
-from dstack_plan.apply.cloud_records import CloudFleetRecord, CloudInstance
-from dstack_plan.apply.fleet_kinds import is_cloud_fleet
-from dstack_plan.apply.fleet_records import FleetRecord
-from dstack_plan.apply.idle import IdleDuration, idle_limit
-from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.fleets.cloud_records import CloudFleetRecord, CloudInstance
+from dstack_plan.fleets.idle import IdleDuration, idle_limit
+from dstack_plan.fleets.records import FleetRecord, is_cloud_fleet
 from dstack_plan.plan.kinds import FINISHED_STATUSES
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.watch.events import host_event
 from dstack_plan.watch.tick import Acted, Tick

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import logging
 
-from dstack_plan.apply.cloud_records import CloudFleetRecord, CloudInstance, hosts_of
-from dstack_plan.apply.fleet_kinds import is_cloud_fleet
-from dstack_plan.apply.fleet_records import FleetRecord
+from dstack_plan.fleets.cloud_records import CloudFleetRecord, CloudInstance, hosts_of
+from dstack_plan.fleets.records import FleetRecord, is_cloud_fleet
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.events import host_event
 from dstack_plan.watch.reachability import give_up_jobs

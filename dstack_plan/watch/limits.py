@@ -12,7 +12,7 @@
   never stopped.
 
 Watch stops a job for a limit with the run's `stop_duration` as the graceful window
-(`apply.runs.stop_seconds`).
+(`runs.handler.stop_seconds`).
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.state.commit import commit_async
 from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState, State, timestamp
@@ -222,7 +222,7 @@ def _jobs(state: State) -> list[JobSeen]:
 
 
 def _bandwidth(state: State) -> tuple[tuple[str, str, str, float], ...]:
-    from dstack_plan.apply.fleet_records import FleetRecord
+    from dstack_plan.fleets.records import FleetRecord
 
     links = []
     for entry in state.resources.values():
@@ -234,7 +234,7 @@ def _bandwidth(state: State) -> tuple[tuple[str, str, str, float], ...]:
 
 
 def _fleets(state: State) -> dict[str, dict[str, int]]:
-    from dstack_plan.apply.fleet_records import FleetRecord
+    from dstack_plan.fleets.records import FleetRecord
 
     counts: dict[str, dict[str, int]] = {}
     for entry in state.resources.values():

@@ -1,5 +1,5 @@
 """Places queued runs (no capacity at apply, or at a retry) when room frees up, and starts
-scheduled runs when their cron fires (`apply/queueing.py` has their state attributes).
+scheduled runs when their cron fires (`runs/queueing.py` has their state attributes).
 
 Queued runs (status `pending`, `queued` in their attributes) are placed again by the retry
 backoff of `watch/retry.py` (15 s, 30 s, 1 min, 2 min, 5 min, then every 10 min), at once when
@@ -11,7 +11,7 @@ last started (or were applied): several missed fire times make one run. Once its
 over (done, stopped by a limit, or failed with no retry left) the run goes back to `pending`,
 without jobs, with its next fire time; a run the user stopped (`dstack stop`) is left alone.
 
-Neither starts while its namespace or user is at a quota (`apply/quota_gate.py`): it waits as
+Neither starts while its namespace or user is at a quota (`runs/quota_gate.py`): it waits as
 for room, the quota as its `why`.
 """
 
@@ -19,7 +19,12 @@ from __future__ import annotations
 
 import logging
 
-from dstack_plan.apply.queueing import (
+from dstack_plan.config.kinds import RUN_KINDS
+from dstack_plan.config.runs import RunSpec
+from dstack_plan.errors import DstackPlanError
+from dstack_plan.plan.kinds import FINISHED_STATUSES
+from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.runs.queueing import (
     QUEUED_KEY,
     SCHEDULE_KEY,
     STOPPED_BY_USER,
@@ -29,19 +34,14 @@ from dstack_plan.apply.queueing import (
     next_fire,
     waits_for_capacity,
 )
-from dstack_plan.apply.quota_gate import hold_for_quota
-from dstack_plan.apply.run_records import RunRecord, run_span_id
-from dstack_plan.config.kinds import RUN_KINDS
-from dstack_plan.config.runs import RunSpec
-from dstack_plan.errors import DstackPlanError
-from dstack_plan.plan.kinds import FINISHED_STATUSES
-from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.runs.quota_gate import hold_for_quota
+from dstack_plan.runs.records import RunRecord, run_span_id
+from dstack_plan.runs.schedule import cron_due
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.restart import queued_entry, restart_run
 from dstack_plan.watch.retries import RETRY_KEY
 from dstack_plan.watch.retry import backoff, decide_retry
 from dstack_plan.watch.retry_model import JobOutcome, RetryState
-from dstack_plan.watch.schedule import cron_due
 from dstack_plan.watch.superseded import Superseded, log_superseded
 from dstack_plan.watch.tick import Acted, Tick
 
@@ -236,7 +236,7 @@ def _spec(run: ResourceState) -> RunSpec:
 
 
 def _slots(spec: RunSpec) -> list[tuple[int, int]]:
-    from dstack_plan.apply.jobs import slots
+    from dstack_plan.runs.jobs import slots
 
     return [(s.replica, s.node) for s in slots(spec)]
 

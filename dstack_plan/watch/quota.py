@@ -2,13 +2,13 @@
 GPU-hours today than `.dstack/quotas.yml` allows, its jobs that hold GPUs are stopped.
 
 Each tick (only when the project has a quota file) the usage is read from the refreshed state
-(`apply/usage.py`) and checked (`scheduler.quotas.over_daily`). Every unfinished job that holds
+(`runs/usage.py`) and checked (`scheduler.quotas.over_daily`). Every unfinished job that holds
 GPUs, of every run in a namespace over its limit (or of the user over theirs), is stopped with
 `terminated_by_server` and the run's `stop_duration` as the graceful window: it ends
 `terminated`, which the retry policy leaves alone. The run records why
 (`termination_reason: quota_exceeded: ...`, which its status event carries), and an event per
 job names the namespace, user, limit and usage. Jobs without GPUs use no GPU-hours and run on.
-Queued and scheduled runs are held back by `watch/pending.py` (`apply/quota_gate.py`) until
+Queued and scheduled runs are held back by `watch/pending.py` (`runs/quota_gate.py`) until
 the next UTC day, or until the limit is raised.
 """
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import logging
 
 from dstack_plan.agent.protocol import FINISHED_STATUSES, TERMINATED_BY_SERVER, TERMINATING
-from dstack_plan.apply.run_records import JobRecord, RunRecord, run_span_id
-from dstack_plan.apply.usage import namespace_usage, run_usage
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.quotas import load_quotas
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.runs.records import JobRecord, RunRecord, run_span_id
+from dstack_plan.runs.usage import namespace_usage, run_usage
 from dstack_plan.scheduler.quotas import Violation, over_daily
 from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState

@@ -20,11 +20,11 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from dstack_plan.agent.protocol import FINISHED_STATUSES, TERMINATED_BY_SERVER
-from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
-from dstack_plan.apply.run_records import JobRecord, RunRecord, run_span_id
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError
+from dstack_plan.fleets.records import FleetRecord, HostRecord
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
+from dstack_plan.runs.records import JobRecord, RunRecord, run_span_id
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.events import host_event
 from dstack_plan.watch.model import HostSeen

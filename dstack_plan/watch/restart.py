@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
 from dstack_plan.apply.handlers import ApplyContext
-from dstack_plan.apply.queueing import QUEUED_KEY, Queued
-from dstack_plan.apply.run_records import RunRecord
-from dstack_plan.apply.runs import RunHandler
 from dstack_plan.plan.model import Action, Placement, ResourceChange
+from dstack_plan.runs.handler import RunHandler
+from dstack_plan.runs.queueing import QUEUED_KEY, Queued
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.reachability import lost_jobs, without_lost_jobs
 from dstack_plan.watch.superseded import still_current

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
-from dstack_plan.apply.queueing import STOPPED_BY_USER, NoCapacity
-from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.runs.queueing import STOPPED_BY_USER, NoCapacity
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.restart import queued_entry, restart_jobs, restart_run
 from dstack_plan.watch.retry import decide_retry

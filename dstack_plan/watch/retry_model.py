@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dstack_plan.agent import protocol as p
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.apply.run_records import JobRecord
 from dstack_plan.config.profile import RetryEvent
+from dstack_plan.runs.records import JobRecord
 
 # Termination reasons watch itself gives, besides the agent's (dstack's names).
 NO_CAPACITY = "failed_to_start_due_to_no_capacity"

@@ -1,4 +1,4 @@
-"""Finishing a service's rolling update that `apply` left midway (`apply/rollout.py`).
+"""Finishing a service's rolling update that `apply` left midway (`runs/rollout.py`).
 
 A service whose replicas do not all run its spec (an apply killed during a rolling update)
 is moved on by one step per tick: a new replica started, or, once it runs, the old one
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from dstack_plan.apply.rollout import in_progress, step
-from dstack_plan.apply.run_records import run_span_id
-from dstack_plan.apply.runs import RunHandler
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.runs.handler import RunHandler
+from dstack_plan.runs.records import run_span_id
+from dstack_plan.runs.rollout import in_progress, step
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.superseded import Superseded, log_superseded, still_current
 from dstack_plan.watch.tick import Acted, Tick, lock_holder

@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dstack_plan.apply.gateways import GatewayRecord, service_gateway
-from dstack_plan.apply.run_records import SERVED_BY_KEY, SERVICE_URL_KEY, RunRecord
 from dstack_plan.config.runs import ServiceSpec
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.gateways.handler import GatewayRecord, service_gateway
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.proxy.model import ServiceRoute, Upstream
+from dstack_plan.runs.records import SERVED_BY_KEY, SERVICE_URL_KEY, RunRecord
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.tick import Acted, Tick
 

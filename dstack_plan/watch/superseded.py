@@ -25,8 +25,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from dstack_plan.apply.run_records import RunRecord
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:

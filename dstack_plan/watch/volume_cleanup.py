@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 
-from dstack_plan.apply.volume_mounts import volume_of, volumes_in_use
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.providers.capabilities import ProviderWithVolumes
+from dstack_plan.runs.volume_mounts import volumes_in_use
 from dstack_plan.state.model import ResourceState
+from dstack_plan.volumes.records import volume_of
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,13 @@
 """Detaching network volumes once their jobs end: a volume attached to a cloud machine where
 no unfinished job of the project mounts it any more is detached, so the next run can attach
-it wherever it is placed (`apply/volume_attach.py`). Its state entry records the volume as
+it wherever it is placed (`runs/volume_attach.py`). Its state entry records the volume as
 the provider shows it afterwards."""
 
 from __future__ import annotations
 
 import logging
 
-from dstack_plan.apply.volume_attach import VolumeAttacher
+from dstack_plan.runs.volume_attach import VolumeAttacher
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)

@@ -4,8 +4,6 @@ from, so every endpoint is documented. Every handler only reads (see `source.py`
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -19,41 +17,22 @@ from dstack_plan.proxy.loopback import LOOPBACK
 from dstack_plan.state.events import Event
 from dstack_plan.web.auth import access_middleware, host_middleware
 from dstack_plan.web.models import ApiError, ApiIndex, JobLogs, MetricsHistory, PlanView
+from dstack_plan.web.openapi import document
+from dstack_plan.web.pages import add_pages, error_page
+from dstack_plan.web.routing import (
+    SOURCE,
+    BadRequest,
+    Handler,
+    Param,
+    Route,
+    flag,
+    number,
+    since,
+    source_of,
+)
 from dstack_plan.web.source import ApiSource, NotFound
 
 log = logging.getLogger(__name__)
-
-SOURCE = web.AppKey("source", ApiSource)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class BadRequest(DstackPlanError):
-    """A query parameter that does not read (a 400)."""
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    kind: str  # the JSON Schema type: boolean, integer, string
-    description: str
-    in_path: bool = False
-
-
-@dataclass(frozen=True)
-class Route:
-    path: str
-    handler: Handler
-    model: type[BaseModel]
-    summary: str
-    many: bool = False
-    """The answer is a JSON array of `model`."""
-    params: tuple[Param, ...] = ()
-    stream: str | None = None
-    """With the param of this name true, the answer is `text/event-stream` instead."""
-
-
-def source_of(request: web.Request) -> ApiSource:
-    return request.app[SOURCE]
 
 
 def answer(request: web.Request, data: BaseModel | list[BaseModel]) -> web.Response:
@@ -63,35 +42,6 @@ def answer(request: web.Request, data: BaseModel | list[BaseModel]) -> web.Respo
     else:
         dumped = data.model_dump(mode="json")
     return web.json_response(source_of(request).redact(dumped))
-
-
-def flag(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "").lower() in ("1", "true", "yes", "on")
-
-
-def number(request: web.Request, name: str, default: int) -> int:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadRequest(f"?{name}={text!r}: expected a whole number") from None
-    if value < 0:
-        raise BadRequest(f"?{name}={text!r}: expected 0 or more")
-    return value
-
-
-def since(request: web.Request) -> float | None:
-    from dstack_plan.inspect.logs import parse_since
-
-    text = request.query.get("since")
-    if not text:
-        return None
-    try:
-        return parse_since(text, source_of(request).project.clock.now())
-    except DstackPlanError as e:
-        raise BadRequest(str(e)) from None
 
 
 # -- handlers ------------------------------------------------------------------------------
@@ -173,8 +123,6 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    from dstack_plan.web.openapi import document
-
     return web.json_response(document(ROUTES))
 
 
@@ -250,8 +198,6 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     for name in ("Content-Type", "Content-Length"):
         headers.pop(name, None)
     if not is_api(request.path):
-        from dstack_plan.web.pages import error_page
-
         page = error_page(request, status, message)
         page.headers.update(headers)
         return page
@@ -270,7 +216,5 @@ def build_app(source: ApiSource, token: str | None = None) -> web.Application:
     for route in ROUTES:
         app.router.add_get(route.path, route.handler)
     app.router.add_get("/openapi.json", openapi)
-    from dstack_plan.web.pages import add_pages
-
     add_pages(app, source)
     return app

@@ -22,7 +22,7 @@ from dstack_plan.web.source import ApiSource, NotFound
 
 if TYPE_CHECKING:
     from dstack_plan.agent.client import AgentClient
-    from dstack_plan.apply.run_records import JobRecord
+    from dstack_plan.runs.records import JobRecord
     from dstack_plan.state.model import ResourceState
 
 MAX_LINES = 10_000

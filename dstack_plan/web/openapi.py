@@ -12,7 +12,7 @@ from pydantic.json_schema import models_json_schema
 from dstack_plan.web.models import ApiError
 
 if TYPE_CHECKING:
-    from dstack_plan.web.app import Route
+    from dstack_plan.web.routing import Route
 
 REF = "#/components/schemas/{model}"
 

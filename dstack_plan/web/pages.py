@@ -21,12 +21,14 @@ import jinja2
 from aiohttp import web
 
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.web.routing import flag, number, since, source_of
 from dstack_plan.web.source import ApiSource
+from dstack_plan.web.wording import format_age, job_status_text, run_gpus
 
 if TYPE_CHECKING:
-    from dstack_plan.cli.output import Line
     from dstack_plan.inspect.runs import JobView, RunView
     from dstack_plan.inspect.top import HostTop
+    from dstack_plan.plan.lines import Line
     from dstack_plan.web.models import MetricsSample
 
 HERE = Path(__file__).parent
@@ -78,8 +80,6 @@ def environment(source: ApiSource) -> jinja2.Environment:
 
 def render(request: web.Request, template: str, code: int = 200, **context: Any) -> web.Response:
     """The page `template`, or only its `live` block when htmx asks (`HX-Request`)."""
-    from dstack_plan.web.app import source_of
-
     env = request.app[TEMPLATES]
     page = env.get_template(template)
     context.update(request=request, here=request.path_qs, refresh=context.get("refresh"))
@@ -102,8 +102,6 @@ def error_page(request: web.Request, status: int, message: str) -> web.Response:
 
 
 async def runs_page(request: web.Request) -> web.Response:
-    from dstack_plan.web.app import flag, source_of
-
     source = source_of(request)
     all_runs = flag(request, "all")
     views = await source.runs(all_runs=all_runs)
@@ -134,7 +132,6 @@ async def runs_page(request: web.Request) -> web.Response:
 
 async def run_page(request: web.Request) -> web.Response:
     from dstack_plan.web import logs as job_logs
-    from dstack_plan.web.app import number, source_of
 
     source = source_of(request)
     ref = request.match_info["run"]
@@ -163,8 +160,6 @@ async def run_page(request: web.Request) -> web.Response:
 
 
 async def fleets_page(request: web.Request) -> web.Response:
-    from dstack_plan.web.app import source_of
-
     source = source_of(request)
     fleets = source.fleets()
     top = await source.hosts()
@@ -184,8 +179,6 @@ async def fleets_page(request: web.Request) -> web.Response:
 
 
 async def metrics_page(request: web.Request) -> web.Response:
-    from dstack_plan.web.app import source_of
-
     history = source_of(request).metrics(None)
     samples = history.samples[-SAMPLES_SHOWN:]
     return render(
@@ -200,8 +193,6 @@ async def metrics_page(request: web.Request) -> web.Response:
 
 
 async def events_page(request: web.Request) -> web.Response:
-    from dstack_plan.web.app import number, since, source_of
-
     address = request.query.get("address") or None
     found = source_of(request).events(
         since(request), address, number(request, "limit", EVENTS_SHOWN)
@@ -218,8 +209,7 @@ async def events_page(request: web.Request) -> web.Response:
 
 
 async def plan_page(request: web.Request) -> web.Response:
-    from dstack_plan.cli.plan_view import render_plan
-    from dstack_plan.web.app import source_of
+    from dstack_plan.plan.render import render_plan
 
     view = await source_of(request).plan()
     return render(
@@ -255,14 +245,10 @@ FINISHED_JOBS = frozenset({"done", "failed", "terminated", "aborted"})
 
 
 def _age(seconds: float) -> str:
-    from dstack_plan.cli.ps_cmd import format_age
-
     return format_age(seconds)
 
 
 def _run_row(view: RunView, namespace: str, now: float) -> dict[str, Any]:
-    from dstack_plan.cli.ps_cmd import run_gpus
-
     return dict(
         address=view.address,
         name=view.name,
@@ -282,8 +268,6 @@ def _run_row(view: RunView, namespace: str, now: float) -> dict[str, Any]:
 
 
 def _job_row(job: JobView, now: float) -> dict[str, Any]:
-    from dstack_plan.cli.ps_cmd import job_status_text
-
     return dict(
         id=job.id,
         replica=job.replica,

@@ -25,7 +25,7 @@ import pytest
 from tests.e2e.conftest import CLI, Dstack
 from tests.e2e.test_run_lifecycle import RESOURCES
 from tests.e2e.test_ssh_fleet import remote, write_fleet  # noqa: F401 - fixture
-from tests.infra.ssh_hosts import SSHTestHosts
+from tests.infra.ssh_hosts import SSHTestHosts, slot_port
 
 URL_LINE = re.compile(r"^(Forwarding|Listening): (http://127\.0\.0\.1:(\d+)) -> (\S+) (\S+):(\d+)")
 
@@ -181,7 +181,7 @@ def test_ports_of_a_service_on_an_ssh_host_are_forwarded_to_localhost(
 ) -> None:
     project = tmp_path / "project"
     h1 = ssh_hosts["h1"].address
-    port = 18951
+    port = slot_port(0)  # known beforehand, and no other test run's or worker's
     assert is_free(port), f"something else listens on {port} here"
     write_fleet(project, ssh_hosts, "h1")
     (project / "web.dstack.yml").write_text(web_service(port, "fleets: [onprem]\n"))
@@ -233,7 +233,7 @@ def test_a_port_on_the_local_fleet_is_printed_where_it_listens(
     dstack: Dstack, tmp_path: Path, cli_env: dict[str, str], attached: list[Attached]
 ) -> None:
     project = tmp_path / "project"
-    port = 18952
+    port = slot_port(1)
     (project / "web.dstack.yml").write_text(web_service(port, RESOURCES))
     (project / "hello.dstack.yml").write_text(
         f"type: task\nname: hello\ncommands: ['echo hi']\n{RESOURCES}"

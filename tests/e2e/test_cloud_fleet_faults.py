@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from dstack_plan.apply.cloud_records import CloudFleetRecord
 from dstack_plan.errors import PlanError
+from dstack_plan.fleets.cloud_records import CloudFleetRecord
 from dstack_plan.plan.model import Action
 from dstack_plan.plan.planner import PlanOptions
 from dstack_plan.project import Project

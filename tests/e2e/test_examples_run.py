@@ -28,7 +28,9 @@ def test_quickstart_runs_on_the_local_fleet(dstack: Dstack, tmp_path: Path) -> N
 
 
 @pytest.mark.docker
-def test_quickstart_runs_in_a_container(dstack: Dstack, tmp_path: Path, docker_client) -> None:
+def test_quickstart_runs_in_a_container(
+    dstack: Dstack, tmp_path: Path, agent_dir: Path, docker_client
+) -> None:
     from tests.infra.docker_images import ensure_busybox_image
 
     ensure_busybox_image(docker_client, name="dstack-plan-examples/busybox:latest")
@@ -39,7 +41,9 @@ def test_quickstart_runs_in_a_container(dstack: Dstack, tmp_path: Path, docker_c
     assert "Hello from a container on" in result.stdout
     assert "sum of 1..1000 = 500500" in result.stdout
     assert dstack("destroy", "-y", "--state", str(state), str(example)).returncode == 0
+    # this test's agent's: another test run may apply the example at the same time
+    agent = f"dstack-plan.agent-id={(agent_dir / 'agent_id').read_text().strip()}"
     leftover = docker_client.containers.list(
-        all=True, filters={"label": "dstack-plan.run-name=hello-docker"}
+        all=True, filters={"label": ["dstack-plan.run-name=hello-docker", agent]}
     )
     assert leftover == []

@@ -1,8 +1,9 @@
 """benchmarks/fanout.py's fleet-apply half, small (2 hosts, 1 round): it prints its table and
 targets, and leaves no namespace, agent or file behind, also when interrupted with Ctrl-C.
 
-The benchmark runs on a copy of its network of its own (slot 9 unless the test run has one),
-so a benchmark running by hand is not torn down.
+The benchmark runs on a copy of its network of its own (slot 9 unless the test run, or its
+pytest-xdist worker, has one: `ssh_hosts.SLOT`), so a benchmark running by hand is not torn
+down.
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def bench_env(short_tmp: Path) -> dict[str, str]:
     if not (Path(sys.executable).parent / "ansible").exists():
         pytest.skip("ansible-core is not in the venv (the benchmark compares against it)")
     # TMPDIR: the benchmark's work dir (agents, project, keys) lands in short_tmp
-    return {**os.environ, "DSTACK_PLAN_SSH_TEST_SLOT": str(SLOT), "TMPDIR": str(short_tmp)}
+    env = {**os.environ, "DSTACK_PLAN_SSH_TEST_SLOT": str(SLOT), "TMPDIR": str(short_tmp)}
+    # SLOT is this pytest-xdist worker's copy already: the benchmark takes it as it is
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
 
 
 def _leftovers(short_tmp: Path) -> list[str]:

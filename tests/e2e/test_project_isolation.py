@@ -21,7 +21,7 @@ import pytest
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.client import AgentClient
-from dstack_plan.apply.jobs import deployment_key
+from dstack_plan.apply.deployment import deployment_key
 from tests.e2e.conftest import CLI, Dstack
 
 pytestmark = pytest.mark.timeout(300)

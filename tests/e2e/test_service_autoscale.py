@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from dstack_plan.apply.run_records import RunRecord
-from dstack_plan.apply.scaling import ScalingRecord
 from dstack_plan.clock import FakeClock
 from dstack_plan.project import Project
+from dstack_plan.runs.records import RunRecord
+from dstack_plan.runs.scaling import ScalingRecord
 from dstack_plan.state.events import EventLog
 from dstack_plan.state.lease import LeaderLease, new_holder_id
 from dstack_plan.state.select import open_backend

@@ -5,7 +5,7 @@
 - a lock held from another machine is refused naming the holder, its age and
   `dstack state unlock ID`, which then frees it;
 - a hung endpoint (moto's server SIGSTOPped) fails `plan` and `apply` within the bound
-  ($DSTACK_PLAN_BACKEND_TIMEOUT, 3 s here) saying nothing was committed. No wall-clock
+  ($DSTACK_PLAN_BACKEND_TIMEOUT, 1 s here) saying nothing was committed. No wall-clock
   assertions: the commands' own timeouts are generous, the assertions are on what they say.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -85,7 +84,8 @@ def test_apply_takes_over_the_lock_of_an_apply_killed_on_this_machine(
         f"took over the lock of apply by killed@ci (pid {holder.pid}, which no longer runs"
         in done.stderr
     ), done.stderr
-    assert not held.is_expired(time.time())  # it did not wait out the lease (1 h)
+    # taken over because its holder is gone, not because its lease (1 h) ran out
+    assert "took over the expired state lock" not in done.stderr
     assert backend.read().state.addresses == ["task.job"]
     assert backend.read_lock_info() is None
 
@@ -136,11 +136,11 @@ def test_a_hung_endpoint_fails_the_command_within_the_bound(
 ) -> None:
     _project(tmp_path)
     bucket = moto_process.bucket(f"hung-{uuid.uuid4().hex[:12]}")
-    cli_env.update(bucket.env, DSTACK_STATE=bucket.url(), **{BACKEND_TIMEOUT_ENV: "3"})
+    cli_env.update(bucket.env, DSTACK_STATE=bucket.url(), **{BACKEND_TIMEOUT_ENV: "1"})
     with moto_process.frozen():
         done = dstack(*command, timeout=240)
     assert done.returncode == 1, done.stdout + done.stderr
     state = f"s3://{bucket.name}/team/state.json"
-    assert f"the state backend {state} did not answer within 3s" in done.stderr, done.stderr
+    assert f"the state backend {state} did not answer within 1s" in done.stderr, done.stderr
     assert "nothing was committed" in done.stderr
     assert "this is a bug" not in done.stderr

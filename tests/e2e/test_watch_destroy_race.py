@@ -10,7 +10,6 @@ The hosts share this machine's process table: the agents left are found by their
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,22 +24,13 @@ from tests.e2e.test_local_flow import state
 from tests.e2e.test_ssh_fleet import agents_running, remote, write_fleet  # noqa: F401
 from tests.e2e.test_ssh_runs import task
 from tests.infra.ssh_hosts import SSHTestHosts
+from tests.infra.watch_metrics import ticks_done
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
 ROUNDS = 20
 INTERVAL = "0.2s"
 MARK = "DSTACK_PLAN_TEST_DESTROY_RACE"
-TICKS = re.compile(r"^dstack_reconcile_duration_seconds_count (\S+)$", re.M)
-
-
-def ticks_done(metrics: Path) -> int:
-    """How many ticks the watch process finished (it rewrites the file after each)."""
-    try:
-        found = TICKS.search(metrics.read_text())
-    except OSError:
-        return 0
-    return int(float(found.group(1))) if found else 0
 
 
 def wait_ticks(metrics: Path, watch: subprocess.Popen[str], count: int) -> None:

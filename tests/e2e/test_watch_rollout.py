@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from dstack_plan.apply.rollout import in_progress, job_spec_hash
 from dstack_plan.project import Project
+from dstack_plan.runs.rollout import in_progress, job_spec_hash
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.loop import Watcher
 from tests.e2e.conftest import CLI, Dstack

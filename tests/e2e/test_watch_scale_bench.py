@@ -2,8 +2,9 @@
 PASS/FAIL per target, and leaves no namespace, agent, job, watch process or file behind, also
 when interrupted with Ctrl-C during the takeover.
 
-The benchmark runs on a copy of its network of its own (slot 8 unless the test run has one),
-so a benchmark running by hand is not torn down.
+The benchmark runs on a copy of its network of its own (slot 8 unless the test run, or its
+pytest-xdist worker, has one: `ssh_hosts.SLOT`), so a benchmark running by hand is not torn
+down.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ def bench_env(short_tmp: Path) -> dict[str, str]:
     if reason is not None:
         require("DSTACK_PLAN_REQUIRE_SSH", reason)
     # TMPDIR: the benchmark's work dir (agents, project, keys) lands in short_tmp
-    return {**os.environ, "DSTACK_PLAN_SSH_TEST_SLOT": str(SLOT), "TMPDIR": str(short_tmp)}
+    env = {**os.environ, "DSTACK_PLAN_SSH_TEST_SLOT": str(SLOT), "TMPDIR": str(short_tmp)}
+    # SLOT is this pytest-xdist worker's copy already: the benchmark takes it as it is
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
 
 
 def _processes(marker: str) -> list[str]:

@@ -10,7 +10,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -25,6 +24,7 @@ from dstack_plan.agent.liveness import read_pid
 from dstack_plan.errors import AgentError
 from tests.conftest import REPO_ROOT
 from tests.infra.agent_process import AgentProcess
+from tests.infra.recording_clock import RecordingClock
 
 
 def raw(agent: AgentProcess, token: str | None = "good") -> httpx.AsyncClient:
@@ -33,7 +33,7 @@ def raw(agent: AgentProcess, token: str | None = "good") -> httpx.AsyncClient:
         headers["Authorization"] = f"Bearer {agent.token}"
     elif token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.AsyncClient(base_url=agent.url, headers=headers, trust_env=False, timeout=5)
+    return httpx.AsyncClient(base_url=agent.url, headers=headers, trust_env=False, timeout=60)
 
 
 async def test_bad_requests_get_clear_errors_and_the_agent_keeps_serving(
@@ -139,13 +139,18 @@ async def test_client_gives_up_after_bounded_retries() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = AgentClient(f"http://127.0.0.1:{port}", "t", retries=2, retry_delay=0.01)
-    started = time.monotonic()
+    clock = RecordingClock()
+    client = AgentClient(
+        f"http://127.0.0.1:{port}", "t", retries=2, retry_delay=5, clock=clock, timeout=3600
+    )
     with pytest.raises(AgentError) as e:
         await client.health()
     await client.aclose()
     assert "after 3 attempt(s)" in str(e.value) and e.value.host == f"127.0.0.1:{port}"
-    assert time.monotonic() - started < 2
+    # each attempt ended on the refusal, not on a timeout (an hour here), and between them
+    # the client waited its backoff (on its clock: 5 s, then twice that) and nothing more
+    assert "refused" in str(e.value).lower(), e.value
+    assert clock.sleeps == [5, 10]
 
 
 async def test_client_over_a_custom_connection(agent: AgentProcess) -> None:
@@ -275,7 +280,7 @@ async def test_start_reports_a_port_already_taken(tmp_path: Path) -> None:
 async def test_metrics_and_host_facts(agent: AgentProcess) -> None:
     client = agent.client()
     await client.submit(JobSpec(id="m1", run_name="r", commands=["true"]))
-    await client.wait("m1", timeout=10)
+    await client.wait("m1", timeout=60)
     metrics = await client.metrics()
     assert 'dstack_agent_jobs{status="done"} 1' in metrics
     assert "# TYPE dstack_agent_cpu_seconds_total counter" in metrics

@@ -33,10 +33,12 @@ def fs_type(device: str) -> str:
 
 
 async def test_a_blank_disk_is_formatted_once_and_keeps_what_a_job_wrote(
-    agent: AgentProcess, busybox_image: str, blank_disk: str, tmp_path: Path
+    agent: AgentProcess, busybox_image: str, blank_disk: str
 ) -> None:
     client = agent.client()
-    link = f"/dev/disk/by-id/dstack-plan-test-{tmp_path.name}"
+    # named by the loop device (/dev is the machine's: a test name would be the same name in
+    # another test run, or another pytest-xdist worker, at the same time)
+    link = f"/dev/disk/by-id/dstack-plan-test-{Path(blank_disk).name}"
     with udev_link(link, blank_disk):
         # the first candidate never appears: the agent takes the next one that exists
         devices = ["/dev/disk/by-id/dstack-plan-test-absent", link]
@@ -76,4 +78,5 @@ async def test_a_disk_with_partitions_and_no_filesystem_is_refused_not_formatted
     assert refused.status.value == "failed"
     assert "partition table" in (refused.termination_message or "")
     assert fs_type(blank_disk) == ""  # left untouched
-    assert [v for v in docker_client.volumes.list() if v.name.endswith("p1-disk0")] == []
+    ours = f"dstack-{agent.agent_id[:8]}-p1-disk0"  # the agent's name for it (no other's)
+    assert [v for v in docker_client.volumes.list() if v.name == ours] == []

@@ -22,8 +22,8 @@ from tests.integration.test_agent_zipapp import CLEAN_ENV, system_python
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_bundle(tmp_path_factory.mktemp("bundle") / "agent.pyz").path
+def bundle(agent_bundle: Any) -> Path:
+    return agent_bundle.path  # the session's (tests/integration/conftest.py)
 
 
 def imported(agent: AgentProcess, module: str) -> bool:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dstack_plan.apply.code_archive import code_fingerprint, pack
 from dstack_plan.config.runs import TaskSpec
+from dstack_plan.runs.code_archive import code_fingerprint, pack
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from dstack_plan.agent.api_models import JobSpec
-from dstack_plan.apply.code_archive import CodeArchive, CodeError, pack, private_paths
-from dstack_plan.apply.code_upload import ensure_code, submit_with_code
 from dstack_plan.config.runs import TaskSpec
+from dstack_plan.runs.code_archive import CodeArchive, CodeError, pack, private_paths
+from dstack_plan.runs.code_upload import ensure_code, submit_with_code
 from tests.infra.agent_process import AgentProcess
 
 SECRET = "repo-secret-91c2"

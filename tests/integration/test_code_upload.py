@@ -16,10 +16,10 @@ import pytest
 from dstack_plan.agent.api_models import JobSpec
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.protocol import MAX_REQUEST_BYTES
-from dstack_plan.apply.code_archive import CodeArchive, pack
-from dstack_plan.apply.code_upload import ensure_code
 from dstack_plan.config.runs import TaskSpec
 from dstack_plan.errors import AgentError
+from dstack_plan.runs.code_archive import CodeArchive, pack
+from dstack_plan.runs.code_upload import ensure_code
 from tests.infra.agent_process import REPO_ROOT, AgentProcess
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,8 @@ from dstack_plan.errors import StateError
 from dstack_plan.state import ABSENT, StateSnapshot
 from dstack_plan.state.s3 import S3Backend
 from dstack_plan.state.s3_location import S3Location
+from dstack_plan.state.s3_objects import CONNECT_TIMEOUT
+from dstack_plan.state.s3_wait import BACKEND_TIMEOUT_ENV, BackendUnresponsive
 from tests.infra.moto_server import S3Bucket
 from tests.integration.s3_state_helpers import KEY, add, s3_backend, state_of
 
@@ -129,17 +130,32 @@ def _closed_port() -> int:
 
 
 def test_dead_endpoint_fails_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused connection fails the read on its own error after botocore's few attempts,
+    not by waiting out a timeout (how long that takes: benchmarks/prompt_failures.py)."""
+    # credentials of its own: not left to whichever test started moto before this one
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "dead-endpoint-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "dead-endpoint-secret-value")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # the bound on an endpoint that does not answer, made long: passing never depends on
+    # being quick, and a read that waited for an answer would fail saying "did not answer"
+    monkeypatch.setenv(BACKEND_TIMEOUT_ENV, "3600")
     where = S3Location.from_url(
         f"s3://some-bucket/{KEY}?region=us-east-1&endpoint_url=http://127.0.0.1:{_closed_port()}"
     )
-    started = time.monotonic()
+    backend = S3Backend(where)
+    config = backend.objects.client.meta.config
+    assert config.connect_timeout == CONNECT_TIMEOUT
+    attempts = config.retries["total_max_attempts"]  # botocore's, from MAX_ATTEMPTS
+    sends: list[int] = []
+    backend.objects.client.meta.events.register(
+        "before-send.s3.GetObject", lambda **_: sends.append(1)
+    )
     with pytest.raises(StateError) as info:
-        S3Backend(where).read()
-    elapsed = time.monotonic() - started
-    assert elapsed < 10, elapsed
+        backend.read()
     message = str(info.value)
-    assert message.startswith(f"s3://some-bucket/{KEY}: cannot read")
+    assert message.startswith(f"s3://some-bucket/{KEY}: cannot read: Could not connect to the")
+    assert not isinstance(info.value, BackendUnresponsive)
+    assert len(sends) == attempts  # each refused, and then no more
     assert "dead-endpoint-secret-value" not in message
 
 

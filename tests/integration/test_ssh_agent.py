@@ -7,7 +7,6 @@ per-node directories (`hosts/<node name>/`) keep the hosts apart as on an NFS ho
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -89,9 +88,7 @@ async def test_install_on_three_hosts_then_reuse_then_terminate(
     store = MemoryHostKeyStore()
     first = provider(ssh_hosts, tmp_path, bundle, store=store)
     try:
-        started = time.monotonic()
         instances = await first.create_instances(FLEET, OFFER, 3)
-        elapsed_first = time.monotonic() - started
         assert first.problems == {}
         assert [i.name for i in instances] == [f"{FLEET}-0", f"{FLEET}-1", f"{FLEET}-2"]
         assert [i.status for i in instances] == ["idle"] * 3
@@ -108,17 +105,16 @@ async def test_install_on_three_hosts_then_reuse_then_terminate(
         await first.close()
 
     # a later command (a new provider, the same pins): same build, so nothing is uploaded
+    # and nothing started: the agents that run are used (how much quicker that is than an
+    # install: benchmarks/ssh_host_faults.py)
     second = provider(ssh_hosts, tmp_path, bundle, store=store)
     try:
-        started = time.monotonic()
         again = await second.create_instances(FLEET, OFFER, 3)
-        elapsed_second = time.monotonic() - started
         assert [i.status for i in again] == ["idle"] * 3
         reused = [second.installed[i.id] for i in again]
         assert [r.uploaded for r in reused] == [False] * 3
         assert [r.already_running for r in reused] == [True] * 3
         assert [r.pid for r in reused] == [r.pid for r in installs]  # the same agents
-        assert elapsed_second < max(3.0, elapsed_first)
 
         # the agents answer through the tunnel, each from its own host
         for instance, node in zip(again, ("h1", "h2", "h3"), strict=True):
@@ -150,7 +146,7 @@ async def test_a_process_job_runs_on_the_host_and_its_log_comes_back(
         client = await ssh.agent(instances[1])
         spec = JobSpec(id="j1", run_name="r", commands=["hostname", "echo from-the-host"])
         await client.submit(spec)
-        info = await client.wait("j1", timeout=15)
+        info = await client.wait("j1", timeout=60)
         assert info.status.value == "done", info.termination_message
         assert await client.read_all_logs("j1") == b"h2\nfrom-the-host\n"
         streamed = b"".join([chunk.data async for chunk in client.follow_logs("j1")])

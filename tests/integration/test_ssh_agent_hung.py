@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dstack_plan.agent.protocol import HEALTH_TIMEOUT
-from dstack_plan.providers.ssh.install import AgentBundle, RemoteAgent, build_bundle
+from dstack_plan.providers.ssh.install import AgentBundle, RemoteAgent
 from dstack_plan.providers.ssh.provider import SSHProvider
 from tests.infra.ssh_hosts import SSHTestHosts
 from tests.integration.test_agent_zipapp import system_python
@@ -34,8 +34,8 @@ PATIENCE = 60.0
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> AgentBundle:
-    return build_bundle(tmp_path_factory.mktemp("bundle") / "agent.pyz")
+def bundle(agent_bundle: AgentBundle) -> AgentBundle:
+    return agent_bundle  # the session's (tests/integration/conftest.py)
 
 
 def wait_until(condition: object, what: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dstack_plan.providers.ssh.install import SHA256_NAME, AgentBundle, build_bundle
+from dstack_plan.providers.ssh.install import SHA256_NAME, AgentBundle
 from dstack_plan.providers.ssh.provider import SSHProvider
 from tests.infra.ssh_hosts import SSHTestHosts
 from tests.integration.test_ssh_agent import FLEET, OFFER, provider
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.ssh
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> AgentBundle:
-    return build_bundle(tmp_path_factory.mktemp("bundle") / "agent.pyz")
+def bundle(agent_bundle: AgentBundle) -> AgentBundle:
+    return agent_bundle  # the session's (tests/integration/conftest.py)
 
 
 def host_dir(tmp_path: Path, node: str) -> Path:

@@ -25,8 +25,8 @@ UNIT = unit_name("sysd")
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> AgentBundle:
-    return build_bundle(tmp_path_factory.mktemp("bundle") / "agent.pyz")
+def bundle(agent_bundle: AgentBundle) -> AgentBundle:
+    return agent_bundle  # the session's (tests/integration/conftest.py)
 
 
 def calls(hosts: SSHTestHosts) -> list[list[str]]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+import asyncssh
 import pytest
 
 from dstack_plan.errors import HostKeyChangedError, SSHError
@@ -202,27 +203,79 @@ async def test_bad_keys_and_names_fail_per_host(
     assert not isinstance(list(results.values())[4], SSHError)
 
 
-async def test_connects_concurrently_within_the_bound(tmp_path: Path) -> None:
-    # three "hosts" that accept TCP and never say a word: each connect waits out its timeout
-    silent = [socket.create_server(("127.0.0.1", 0)) for _ in range(3)]
-    try:
-        targets = [SSHTarget("127.0.0.1", "root", s.getsockname()[1]) for s in silent]
-        elapsed = {}
-        for bound in (3, 1):
-            async with SSHPool(policy(tmp_path), concurrency=bound, connect_timeout=0.5) as pool:
-                started = time.monotonic()
-                results = await pool.connect_all(targets)
-                elapsed[bound] = time.monotonic() - started
-    finally:
-        for s in silent:
-            s.close()
-    assert elapsed[3] < 1.2  # side by side
-    assert elapsed[1] >= 1.5  # one at a time
-    port = targets[0].port
-    assert str(results[f"127.0.0.1:{port}"]) == (
-        f"127.0.0.1:{port}: no SSH answer from 127.0.0.1:{port} within 0.5s: is the host up "
-        "and the port open?"
-    )
+class SilentHosts:
+    """Three "hosts" that accept TCP and never say a word, counting the connections open at
+    once. With `hang_up_at`, all of them hang up once that many are open together."""
+
+    def __init__(self, hang_up_at: int | None = None) -> None:
+        self.hang_up_at = hang_up_at
+        self.open = 0
+        self.most_at_once = 0
+        self.crowd = asyncio.Event()
+        self.servers: list[asyncio.Server] = []
+
+    async def __aenter__(self) -> list[SSHTarget]:
+        for _ in range(3):
+            self.servers.append(await asyncio.start_server(self._serve, "127.0.0.1", 0))
+        return [
+            SSHTarget("127.0.0.1", "root", s.sockets[0].getsockname()[1]) for s in self.servers
+        ]
+
+    async def __aexit__(self, *exc: object) -> None:
+        for server in self.servers:
+            server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        self.most_at_once = max(self.most_at_once, self.open)
+        if self.hang_up_at is not None and self.open >= self.hang_up_at:
+            self.crowd.set()
+        try:
+            hung_up = asyncio.ensure_future(self.crowd.wait())
+            client_gone = asyncio.ensure_future(reader.read())  # b"" once the client closes
+            await asyncio.wait({hung_up, client_gone}, return_when=asyncio.FIRST_COMPLETED)
+            hung_up.cancel()
+            client_gone.cancel()
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+async def test_connects_concurrently_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dialling = {"now": 0, "most": 0}  # dials in progress: at once, and the most at once
+    create_connection = asyncssh.create_connection
+
+    async def dial(*args: Any, **kwargs: Any) -> Any:
+        dialling["now"] += 1
+        dialling["most"] = max(dialling["most"], dialling["now"])
+        try:
+            return await create_connection(*args, **kwargs)
+        finally:
+            dialling["now"] -= 1
+
+    monkeypatch.setattr(asyncssh, "create_connection", dial)
+    # side by side: all three are dialled at once (they hang up when all three are; a pool
+    # dialling one at a time would instead wait out a connect timeout of a minute on each)
+    crowd = SilentHosts(hang_up_at=3)
+    async with crowd as targets:
+        async with SSHPool(policy(tmp_path), concurrency=3, connect_timeout=60) as pool:
+            results = await asyncio.wait_for(pool.connect_all(targets), 30)
+    assert crowd.most_at_once == dialling["most"] == 3
+    for t in targets:  # each ended on the hang-up, none on its timeout
+        assert isinstance(results[t.name], SSHError), results
+        assert "no SSH answer" not in str(results[t.name])
+    # one at a time: never two dialled together, each waiting out its connect timeout
+    dialling["most"] = 0
+    async with SilentHosts() as targets:
+        async with SSHPool(policy(tmp_path), concurrency=1, connect_timeout=0.2) as pool:
+            results = await pool.connect_all(targets)
+    assert dialling["most"] == 1
+    for t in targets:
+        assert str(results[t.name]) == (
+            f"{t.name}: no SSH answer from {t.name} within 0.2s: is the host up and the port open?"
+        )
 
 
 async def test_a_jump_host_shared_under_a_bound_of_one(
@@ -231,7 +284,7 @@ async def test_a_jump_host_shared_under_a_bound_of_one(
     jump = target(ssh_hosts, "jump")
     targets = [target(ssh_hosts, "inner", proxy_jump=jump), target(ssh_hosts, "h1"), jump]
     async with SSHPool(policy(tmp_path), concurrency=1) as pool:
-        results = await asyncio.wait_for(pool.connect_all(targets), 10)
+        results = await asyncio.wait_for(pool.connect_all(targets), 60)
         assert results[jump.name] is await pool.connect(jump)  # one connection, also the tunnel
     assert not any(isinstance(r, SSHError) for r in results.values()), results
 
@@ -253,10 +306,10 @@ async def test_a_key_with_a_passphrase_held_by_an_agent(
     try:
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock), "SSH_ASKPASS": str(askpass)}
         env["SSH_ASKPASS_REQUIRE"] = "force"
-        for _ in range(50):
+        for _ in range(6000):  # a safety net: ssh-agent makes it at once
             if sock.exists():
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
         subprocess.run(["ssh-add", str(locked)], env=env, check=True, capture_output=True)
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         async with SSHPool(policy(tmp_path)) as pool:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dstack_plan.clock import FakeClock, SystemClock
+from dstack_plan.config import atomic
 from dstack_plan.errors import LockError, StateError
 from dstack_plan.state import (
     ABSENT,
@@ -22,7 +23,6 @@ from dstack_plan.state import (
     SecretGuard,
     State,
     StateConflictError,
-    atomic,
     commit,
     commit_async,
     hold_lock,

@@ -7,7 +7,6 @@ import multiprocessing as mp
 import os
 import random
 import signal
-import threading
 import time
 from datetime import datetime, timezone
 from multiprocessing.synchronize import Barrier, Event
@@ -16,6 +15,7 @@ from queue import Queue
 
 import pytest
 
+from dstack_plan.config.atomic import leftover_temp_files
 from dstack_plan.errors import LockError
 from dstack_plan.state import (
     LocalBackend,
@@ -25,12 +25,15 @@ from dstack_plan.state import (
     commit,
     parse_state,
 )
-from dstack_plan.state.atomic import leftover_temp_files
+from tests.infra.recording_clock import RecordingClock
 
 # fork: children start in milliseconds with everything imported, which keeps trials cheap.
 CTX = mp.get_context("fork")
 NOW = datetime(2025, 1, 2, tzinfo=timezone.utc)
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
+NET = 60.0
+"""Seconds a test waits for another process before concluding it will not get there (a
+safety net: passing never waits it out)."""
 
 
 def entry(address: str, **spec: object) -> ResourceState:
@@ -75,14 +78,14 @@ def test_concurrent_read_modify_write_loses_nothing(tmp_path: Path, optimistic: 
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(NET)
         assert p.exitcode == 0
     state = LocalBackend(path).read().state
     total = workers * per_worker
     assert state.serial == total
     expected = {f"task.w{w}-{i}" for w in range(workers) for i in range(per_worker)}
     assert set(state.resources) == expected
-    mutations = sum(calls.get(timeout=5) for _ in procs)
+    mutations = sum(calls.get(timeout=NET) for _ in procs)
     if optimistic:
         assert mutations > total  # racing writers really did conflict and retry
     else:
@@ -92,7 +95,7 @@ def test_concurrent_read_modify_write_loses_nothing(tmp_path: Path, optimistic: 
 def _hold_lock(path: Path, who: str, ready: Event, release: Event) -> None:
     handle = asyncio.run(LocalBackend(path).lock("apply", who=who))
     ready.set()
-    release.wait(30)
+    release.wait(600)  # a safety net: the test sets it
     handle.release()
 
 
@@ -100,7 +103,7 @@ def _start_holder(path: Path, who: str) -> tuple[mp.process.BaseProcess, Event, 
     ready, release = CTX.Event(), CTX.Event()
     proc = CTX.Process(target=_hold_lock, args=(path, who, ready, release))
     proc.start()
-    assert ready.wait(10), "lock holder did not start"
+    assert ready.wait(NET), "lock holder did not start"
     return proc, ready, release
 
 
@@ -122,16 +125,21 @@ def test_lock_held_by_another_process(tmp_path: Path) -> None:
         ):
             assert expected in message
 
-        # With a timeout, the second waits (0.5 s backoff steps) until the first releases.
-        threading.Timer(0.3, release.set).start()
-        started = time.monotonic()
-        handle = asyncio.run(backend.lock("destroy", who="bob@laptop", timeout=10))
-        assert time.monotonic() - started < 5
+        # With a timeout, the second waits (backoff steps of 0.5 s, then doubling, on its
+        # clock) until the first releases: here, while it waits its second step.
+        def release_during_the_second_wait(seconds: float) -> None:
+            if len(clock.sleeps) == 2:
+                release.set()
+                holder.join(NET)  # its flock goes with it
+
+        clock = RecordingClock(on_sleep=release_during_the_second_wait)
+        handle = asyncio.run(backend.lock("destroy", who="bob@laptop", timeout=3600, clock=clock))
         assert handle.info.who == "bob@laptop"
+        assert clock.sleeps == [0.5, 1.0]  # it tried again after each step, and then got it
         handle.release()
     finally:
         release.set()
-        holder.join(10)
+        holder.join(NET)
     assert holder.exitcode == 0
 
 
@@ -139,11 +147,15 @@ def test_lock_timeout_gives_up(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path / "state.json")
     holder, _, release = _start_holder(backend.path, "alice@ci-runner")
     try:
-        with pytest.raises(LockError, match="Gave up after waiting 0.6s"):
-            asyncio.run(backend.lock("destroy", timeout=0.6))
+        clock = RecordingClock()
+        with pytest.raises(LockError, match="Gave up after waiting 2.5s") as info:
+            asyncio.run(backend.lock("destroy", timeout=2.5, clock=clock))
+        # it waited its backoff steps, never past the deadline, then tried one last time
+        assert clock.sleeps == [0.5, 1.0, 1.0]
+        assert "alice@ci-runner" in str(info.value)
     finally:
         release.set()
-        holder.join(10)
+        holder.join(NET)
 
 
 def test_sigkilled_holder_frees_the_lock(tmp_path: Path) -> None:
@@ -152,7 +164,7 @@ def test_sigkilled_holder_frees_the_lock(tmp_path: Path) -> None:
     stale = backend.read_lock_info()
     assert stale is not None and stale.who == "doomed@ci"
     os.kill(holder.pid, signal.SIGKILL)  # type: ignore[arg-type]
-    holder.join(10)
+    holder.join(NET)
     assert backend.lock_info_path.exists()  # its record stays behind, but binds nobody
     assert backend.read_lock_info() is None
     backend.unlock(stale.id)  # force-unlock just tidies the record away
@@ -160,7 +172,7 @@ def test_sigkilled_holder_frees_the_lock(tmp_path: Path) -> None:
 
     holder, _, _ = _start_holder(backend.path, "doomed-again@ci")
     os.kill(holder.pid, signal.SIGKILL)  # type: ignore[arg-type]
-    holder.join(10)
+    holder.join(NET)
     handle = asyncio.run(backend.lock("apply", who="rescuer@ci"))
     assert backend.read_lock_info() == handle.info
     handle.release()
@@ -189,10 +201,10 @@ def test_kill_minus_nine_mid_write_never_corrupts_state(tmp_path: Path) -> None:
         started = CTX.Event()
         proc = CTX.Process(target=_write_forever, args=(path, started))
         proc.start()
-        assert started.wait(10)
+        assert started.wait(NET)
         time.sleep(rng.uniform(0, 0.03))
         os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
-        proc.join(10)
+        proc.join(NET)
         assert proc.exitcode == -signal.SIGKILL
         state = parse_state(path.read_bytes(), path)  # the old or the new version, whole
         assert state.serial >= serial and state.serial >= 1

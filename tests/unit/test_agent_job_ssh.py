@@ -13,10 +13,10 @@ from dstack_plan.agent.api_models import JobSpec, SSHAccess
 from dstack_plan.agent.job_sshd import SSHDError, SSHServer, sshd_config
 from dstack_plan.agent.spec import SpecError, parse_job_spec
 from dstack_plan.agent.ssh_session import LOGIN_SHELL, SessionError, plan_session
-from dstack_plan.apply.job_submission import dev_environment_key
-from dstack_plan.apply.jobs import JobContext, JobSlot, build_job, job_demands
 from dstack_plan.config.runs import DevEnvironmentSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
+from dstack_plan.runs.jobs import JobContext, JobSlot, build_job, job_demands
+from dstack_plan.runs.submission import dev_environment_key
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOq0 dstack-plan"
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from dstack_plan.apply.bursting import burst_offer
-from dstack_plan.apply.cloud_records import CloudFleetRecord
 from dstack_plan.config.fleet import FleetSpec
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.runs import TaskSpec
+from dstack_plan.fleets.cloud_records import CloudFleetRecord
 from dstack_plan.plan.model import Placement
 from dstack_plan.providers.base import Instance, Offer, Provider
 from dstack_plan.providers.catalog import catalog_offers
+from dstack_plan.runs.bursting import burst_offer
 
 
 class Catalogue(Provider):

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dstack_plan.apply.code_archive import CodeError, code_fingerprint, pack
 from dstack_plan.config.runs import TaskSpec
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.runs.code_archive import CodeError, code_fingerprint, pack
 
 
 def task(**fields: Any) -> TaskSpec:

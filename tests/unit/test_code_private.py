@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from dstack_plan.agent.blobs import ABS, HOME, WD, repack, unpack
-from dstack_plan.apply.code_archive import CodeError, code_fingerprint, pack, private_paths
 from dstack_plan.config.runs import TaskSpec
 from dstack_plan.project import Project
+from dstack_plan.runs.code_archive import CodeError, code_fingerprint, pack, private_paths
 
 SECRET = "never-in-a-job-7f3a"
 

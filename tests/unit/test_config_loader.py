@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dstack_plan import forkmap
-from dstack_plan.config import loader
+from dstack_plan.config import forkmap, loader
 from dstack_plan.config.loader import discover, load_project
 from dstack_plan.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""The SSH config `dstack attach` writes for dev environments (`inspect/ssh_config.py`) and
+"""The SSH config `dstack attach` writes for dev environments (`runs/ssh_config.py`) and
 what it prints (`inspect/dev_ssh.py`): blocks, the one Include, removal, odd values refused."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.inspect.dev_ssh import DevAccess
-from dstack_plan.inspect.ssh_config import (
+from dstack_plan.runs.ssh_config import (
     CONFIG_DIR_ENV,
     INCLUDE_NOTE,
     Entry,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
+from dstack_plan.fleets.records import FleetRecord, HostRecord
 from dstack_plan.inspect.fleets import fleets_json, host_rows, reboot_note
 
 

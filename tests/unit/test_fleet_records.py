@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
-from dstack_plan.apply.fleets import FleetHandler
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.fleets.records import FleetRecord, HostRecord
+from dstack_plan.fleets.ssh import FleetHandler
 from dstack_plan.inspect.fleets import fleet_records, fleets_json, host_rows
 from dstack_plan.providers.base import GPU, MachineResources
 from dstack_plan.state.model import ResourceState, State

@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dstack_plan.forkmap import _balanced_slices, _slices_with_own_work, fork_map, fork_start
+from dstack_plan.config.forkmap import (
+    _balanced_slices,
+    _slices_with_own_work,
+    fork_map,
+    fork_start,
+)
 
 PARENT = os.getpid()
 

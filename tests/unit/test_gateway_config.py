@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dstack_plan.apply.gateways import GatewayRecord
 from dstack_plan.config.loader import load_project
 from dstack_plan.errors import ConfigError
+from dstack_plan.gateways.handler import GatewayRecord
 from dstack_plan.graph.references import dependencies
 
 FLEET = "type: fleet\nname: onprem\nssh_config: {user: root, hosts: [10.0.0.1]}\n"

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dstack_plan.gcpause import gc_paused
+from dstack_plan.config.gcpause import gc_paused
 
 
 @pytest.fixture

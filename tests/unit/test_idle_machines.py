@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dstack_plan.apply.cloud_records import CloudInstance
-from dstack_plan.apply.idle import burst_idle, idle_limit
+from dstack_plan.fleets.cloud_records import CloudInstance
+from dstack_plan.fleets.idle import burst_idle, idle_limit
 from dstack_plan.watch.idle_machines import releasable
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from dstack_plan.apply.jobs import JobContext, JobSlot, build_job
 from dstack_plan.config.loader import load_text
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.runs.jobs import JobContext, JobSlot, build_job
 
 CONTEXT = JobContext("train", "run-id", 0, "abc123", 1, "127.0.0.1", ("127.0.0.1",))
 

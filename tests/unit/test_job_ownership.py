@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.apply.deployment import Deployment
-from dstack_plan.apply.job_ownership import jobs_to_remove as _jobs_to_remove
-from dstack_plan.apply.jobs import deployment_key
+from dstack_plan.apply.deployment import Deployment, deployment_key
 from dstack_plan.errors import StateError
+from dstack_plan.runs.ownership import jobs_to_remove as _jobs_to_remove
 from dstack_plan.state import LocalBackend, ResourceState, commit
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

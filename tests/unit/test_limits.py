@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from dstack_plan.apply.jobs import JobContext, JobSlot, build_job
 from dstack_plan.config import interpolation
 from dstack_plan.config.loader import load_project, load_text
 from dstack_plan.config.runs import RunSpec
@@ -18,6 +17,7 @@ from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ConfigError
 from dstack_plan.graph.references import dependencies
 from dstack_plan.project import Project
+from dstack_plan.runs.jobs import JobContext, JobSlot, build_job
 from tests.conftest import run_main
 
 SSH = "type: fleet\nname: ssh\nssh_config:\n"

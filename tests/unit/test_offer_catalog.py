@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.providers.catalog import catalog_offers, load_catalog
-from dstack_plan.scheduler.matching import offer_mismatch
+from dstack_plan.providers.matching import offer_mismatch
 
 
 def test_catalog_loads_and_covers_the_types() -> None:

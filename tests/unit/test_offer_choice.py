@@ -95,8 +95,8 @@ def test_availability_zones_keep_offers_in_their_regions_and_travel_with_them() 
 def test_a_fleets_availability_zones_reach_the_offers_apply_creates_from() -> None:
     import asyncio
 
-    from dstack_plan.apply.fleet_offers import ranked_offers
     from dstack_plan.config.fleet import FleetSpec
+    from dstack_plan.fleets.offers import ranked_offers
 
     class Listed:
         name = "aws"

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.apply.host_load import busy_jobs
-from dstack_plan.apply.jobs import JobContext, JobSlot, build_job, job_demands
-from dstack_plan.apply.placing import HostRun, place_on_fleet
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.runs import RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
+from dstack_plan.fleets.host_load import busy_jobs
 from dstack_plan.providers.base import GPU, MachineResources
+from dstack_plan.runs.jobs import JobContext, JobSlot, build_job, job_demands
+from dstack_plan.runs.placing import HostRun, place_on_fleet
 from dstack_plan.scheduler.placement import Candidate, HostJob, JobDemand, place
 
 SMALL = {"cpu": 1, "memory": "0.1GB..", "disk": "1GB.."}

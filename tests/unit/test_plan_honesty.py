@@ -19,16 +19,16 @@ import pytest
 from dstack_plan.agent.api_models import JobInfo, TerminationReason
 from dstack_plan.apply.engine import apply_plan
 from dstack_plan.apply.handlers import ApplyContext, Outcome, ResourceHandler
-from dstack_plan.apply.machines import FleetMachines
-from dstack_plan.apply.runs import RunHandler, run_status
 from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.clock import FakeClock
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import AgentError, PlanError, ProviderError
+from dstack_plan.fleets.machines import FleetMachines
 from dstack_plan.plan.model import Action, Crash, Plan, ResourceChange
 from dstack_plan.plan.planner import DesiredItem, PlanInputs, PlanOptions, make_plan
 from dstack_plan.project import Project
 from dstack_plan.providers.local import LocalProvider
+from dstack_plan.runs.handler import RunHandler, run_status
 from dstack_plan.state import LocalBackend, ResourceState, State
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

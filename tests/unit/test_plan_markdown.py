@@ -17,7 +17,7 @@ import pytest
 from dstack_plan.plan.json_plan import plan_to_json
 from dstack_plan.plan.markdown import MARKER, render_markdown
 from dstack_plan.plan.model import Action, Cost, Placement, Plan
-from dstack_plan.policy.model import PolicyReport, RuleResult
+from dstack_plan.plan.policy_report import PolicyReport, RuleResult
 from tests.unit.test_planner import desired_items, plan, state_of
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dstack_plan import forkmap
-from dstack_plan.config import loader
+from dstack_plan.config import forkmap, loader
 from dstack_plan.errors import ConfigError, StateError
 from dstack_plan.plan.model import Plan
 from dstack_plan.project import Project

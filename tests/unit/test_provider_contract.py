@@ -12,11 +12,10 @@ import pytest
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.apply.handlers import ApplyContext
-from dstack_plan.apply.machines import FleetMachines
-from dstack_plan.apply.runs import RunHandler
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
+from dstack_plan.fleets.machines import FleetMachines
 from dstack_plan.inspect.runs import job_agent, job_records
 from dstack_plan.project import Project
 from dstack_plan.providers.base import Instance, Offer, Provider
@@ -29,6 +28,7 @@ from dstack_plan.providers.capabilities import (
     supports,
 )
 from dstack_plan.providers.local import LocalProvider
+from dstack_plan.runs.handler import RunHandler
 from dstack_plan.state import ResourceState
 
 

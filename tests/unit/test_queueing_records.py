@@ -1,12 +1,12 @@
-"""The plan's note and the state attributes of queued and scheduled runs (`apply/queueing.py`)."""
+"""The plan's note and the state attributes of queued and scheduled runs (`runs/queueing.py`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dstack_plan.apply.queueing import Queued, Scheduled, plan_note, scheduled, waits_for_capacity
 from dstack_plan.config.runs import TaskSpec
 from dstack_plan.plan.model import Placement
+from dstack_plan.runs.queueing import Queued, Scheduled, plan_note, scheduled, waits_for_capacity
 
 WAITING = Placement(fleet="local", provider="local", placed=False, pending=True, note="pending: x")
 

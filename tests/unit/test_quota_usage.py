@@ -1,6 +1,6 @@
-"""Quota usage from state (apply/usage.py) and the records it reads (apply/run_records.py):
+"""Quota usage from state (runs/usage.py) and the records it reads (runs/records.py):
 GPUs held, GPU-hours within the UTC day, shares, finished jobs, old records, the plan gate's
-asks (apply/quota_gate.py)."""
+asks (runs/quota_gate.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.apply.quota_gate import QuotaHold, check_plan, hold_for_quota
-from dstack_plan.apply.run_records import JobRecord, RunRecord
-from dstack_plan.apply.usage import day_start, namespace_usage, run_gpus
-from dstack_plan.apply.user import USER_ENV, current_user
 from dstack_plan.config.resource import Resource
 from dstack_plan.config.runs import ServiceSpec, TaskSpec
 from dstack_plan.errors import PlanError
 from dstack_plan.plan.model import Action, Placement, Plan, ResourceChange
+from dstack_plan.runs.quota_gate import QuotaHold, check_plan, hold_for_quota
+from dstack_plan.runs.records import JobRecord, RunRecord
+from dstack_plan.runs.usage import day_start, namespace_usage, run_gpus
+from dstack_plan.runs.user import USER_ENV, current_user
 from dstack_plan.scheduler.quotas import Usage
 from dstack_plan.state.model import ResourceState, State
 

@@ -12,13 +12,13 @@ import pytest
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
-from dstack_plan.apply.machines import FleetMachines
-from dstack_plan.apply.runs import RunHandler
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
+from dstack_plan.fleets.machines import FleetMachines
 from dstack_plan.plan.model import DEPOSED_KEY, ResourceChange
 from dstack_plan.project import Project
 from dstack_plan.providers.local import LocalProvider
+from dstack_plan.runs.handler import RunHandler
 from dstack_plan.state import LocalBackend, ResourceState, State
 
 NOW = datetime(2025, 1, 2, 12, 0, tzinfo=timezone.utc)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from dstack_plan.apply.rollout import in_progress, job_spec_hash, outdated, progress_note
-from dstack_plan.apply.run_records import served_now
-from dstack_plan.cli.output import Line
-from dstack_plan.cli.plan_view import render_plan
 from dstack_plan.inspect.notes import run_notes
 from dstack_plan.plan.json_plan import plan_to_json
+from dstack_plan.plan.lines import Line
 from dstack_plan.plan.model import Action
+from dstack_plan.plan.render import render_plan
+from dstack_plan.runs.records import served_now
+from dstack_plan.runs.rollout import in_progress, job_spec_hash, outdated, progress_note
 from dstack_plan.state.model import ResourceState
 from tests.unit.test_planner import NOW, desired_items, plan, state_of
 

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.apply.job_ownership import jobs_to_remove as _jobs_to_remove
+from dstack_plan.runs.ownership import jobs_to_remove as _jobs_to_remove
 from dstack_plan.state import ResourceState
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -17,7 +17,6 @@ import pytest
 from typer.testing import CliRunner
 
 from dstack_plan.cli.app import app
-from dstack_plan.cli.ps_cmd import format_age, job_status_text
 from dstack_plan.config.loader import load_project
 from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.inspect.logs import finished_before, parse_since, select_job
@@ -26,6 +25,7 @@ from dstack_plan.inspect.stop import stop_run, stop_timeout
 from dstack_plan.inspect.stream import LinePrefixer, stream_runs
 from dstack_plan.project import Project
 from dstack_plan.state import LocalBackend, ResourceState, State
+from dstack_plan.web.wording import format_age, job_status_text
 
 NOW = datetime(2025, 1, 2, 12, 0, tzinfo=timezone.utc)
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from dstack_plan.apply.scaling import SCALING_KEY, kept_replicas
 from dstack_plan.config.runs import ServiceSpec
 from dstack_plan.config.service_fields import Scaling
+from dstack_plan.runs.scaling import SCALING_KEY, kept_replicas
 from dstack_plan.watch.scaling_decision import Decision, Load, decide
 
 SCALING = Scaling(target=10, window=60, scale_up_delay=30, scale_down_delay=120)

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from dstack_plan.apply.fleet_records import (
+from dstack_plan.fleets.probe import pair_rounds
+from dstack_plan.fleets.records import (
     BandwidthLink,
     BandwidthRecord,
     FleetRecord,
     HostRecord,
 )
-from dstack_plan.inspect.probe import pair_rounds
 from dstack_plan.scheduler.bandwidth import EXACT_LIMIT, best_gang
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.watch.loop import _bandwidth

@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from dstack_plan.apply.placing import HostRun, place_on_fleet
 from dstack_plan.config.fleet import FleetSpec, SSHHost
 from dstack_plan.config.label_options import parse_label, with_run_labels
 from dstack_plan.config.resource import Desired, Resource, Source
 from dstack_plan.config.runs import TaskSpec
 from dstack_plan.plan.diff import diff_specs
 from dstack_plan.providers.base import GPU, MachineResources
+from dstack_plan.runs.placing import HostRun, place_on_fleet
 from dstack_plan.scheduler.labels import (
     Labels,
     Wants,

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dstack_plan.config.gpu_names import marketed_memory_gb, normalise_gpu_name
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.providers.base import GPU, MachineResources
-from dstack_plan.scheduler.gpu_names import marketed_memory_gb, normalise_gpu_name
+from dstack_plan.providers.matching import offer_mismatch, static_mismatch
 from dstack_plan.scheduler.intersect import ResourcesConflict, intersect_resources
-from dstack_plan.scheduler.matching import offer_mismatch, static_mismatch
 
 # key -> (vendor, name as its tool or provider reports it, memory MiB as reported)
 CATALOGUE: dict[str, tuple[str, str, int]] = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dstack_plan.apply.placing import HostRun, place_on_fleet
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.runs import TaskSpec
 from dstack_plan.providers.base import GPU, MachineResources
+from dstack_plan.runs.placing import HostRun, place_on_fleet
 from dstack_plan.scheduler.packing import (
     UNIFORM,
     WHOLE,

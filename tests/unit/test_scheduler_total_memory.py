@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dstack_plan.apply.jobs import JobContext, JobSlot, build_job
 from dstack_plan.config.loader import load_text
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.providers.base import GPU, MachineResources
-from dstack_plan.scheduler.matching import gpus_needed, static_mismatch
+from dstack_plan.providers.matching import gpus_needed, static_mismatch
+from dstack_plan.runs.jobs import JobContext, JobSlot, build_job
 from dstack_plan.scheduler.placement import Candidate, HostJob, JobDemand, place
 
 A100_40 = GPU(vendor="nvidia", name="NVIDIA A100-PCIE-40GB", memory_mib=40960)

@@ -9,8 +9,11 @@ import pytest
 
 from dstack_plan.agent.disks import DiskError, find_device
 from dstack_plan.agent.spec import DiskSpec, SpecError, parse_job_spec
-from dstack_plan.apply.placing import HostRun, place_on_fleet
-from dstack_plan.apply.volume_mounts import (
+from dstack_plan.config.runs import TaskSpec
+from dstack_plan.config.volume import VolumeSpec
+from dstack_plan.providers.base import MachineResources
+from dstack_plan.runs.placing import HostRun, place_on_fleet
+from dstack_plan.runs.volume_mounts import (
     JobVolume,
     VolumeSite,
     job_volumes,
@@ -19,9 +22,6 @@ from dstack_plan.apply.volume_mounts import (
     volume_sites,
     volumes_in_use,
 )
-from dstack_plan.config.runs import TaskSpec
-from dstack_plan.config.volume import VolumeSpec
-from dstack_plan.providers.base import MachineResources
 from dstack_plan.scheduler.labels import Labels
 from dstack_plan.scheduler.placement import Candidate
 from dstack_plan.state.model import ResourceState, State

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.config.runs import TaskSpec
+from dstack_plan.runs.records import JobRecord, RunRecord
 from dstack_plan.state.model import ResourceState
 from dstack_plan.watch.enforce import LimitEnforcer, _Watched
 from dstack_plan.watch.limits import GpuSample

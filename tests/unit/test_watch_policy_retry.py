@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.apply.run_records import JobRecord
 from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
+from dstack_plan.runs.records import JobRecord
 from dstack_plan.watch.retry import (
     INSTANCE_UNREACHABLE,
     NO_CAPACITY,

@@ -1,4 +1,4 @@
-"""Cron schedules (watch/schedule.py): UTC, dstack's weekday numbering, day boundaries."""
+"""Cron schedules (runs/schedule.py): UTC, dstack's weekday numbering, day boundaries."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from dstack_plan.config.runs import TaskSpec
 from dstack_plan.errors import DstackPlanError
-from dstack_plan.watch.schedule import ScheduleError, check_cron, cron_due, next_run_at
+from dstack_plan.runs.schedule import ScheduleError, check_cron, cron_due, next_run_at
 
 
 def at(text: str) -> float:

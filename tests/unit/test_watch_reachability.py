@@ -8,8 +8,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, cast
 
-from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
-from dstack_plan.apply.run_records import JobRecord, RunRecord
+from dstack_plan.fleets.records import FleetRecord, HostRecord
+from dstack_plan.runs.records import JobRecord, RunRecord
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.watch.model import HostSeen
 from dstack_plan.watch.reachability import GRACE_S, LOST_KEY, Reachability, without_lost_jobs

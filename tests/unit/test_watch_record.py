@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from dstack_plan.apply.gang import gang_leftovers
-from dstack_plan.apply.run_records import JobRecord
 from dstack_plan.config.runs import TaskSpec
+from dstack_plan.runs.gang import gang_leftovers
+from dstack_plan.runs.records import JobRecord
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.watch.record import Observed, record_observed
 

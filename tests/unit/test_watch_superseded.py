@@ -11,16 +11,16 @@ from typing import Any, cast
 
 import pytest
 
-from dstack_plan.apply.fleet_records import FleetRecord, HostRecord
 from dstack_plan.apply.handlers import ApplyContext
-from dstack_plan.apply.machines import FleetMachines
-from dstack_plan.apply.run_records import JobRecord, RunRecord
 from dstack_plan.clock import FakeClock
 from dstack_plan.config.fleet import SSHConfig
+from dstack_plan.fleets.machines import FleetMachines
+from dstack_plan.fleets.records import FleetRecord, HostRecord
 from dstack_plan.providers.local import LocalProvider
 from dstack_plan.providers.ssh.hostkeys import MemoryHostKeyStore
 from dstack_plan.providers.ssh.models import targets_from_config
 from dstack_plan.providers.ssh.provider import SSHProvider
+from dstack_plan.runs.records import JobRecord, RunRecord
 from dstack_plan.state.backend import StateSnapshot
 from dstack_plan.state.lock import LockInfo
 from dstack_plan.state.model import ResourceState, State

@@ -117,6 +117,10 @@ class DockerRuntime(Runtime):
         if stop is not None:
             threading.Thread(target=self.stop, args=(job, stop.timeout), daemon=True).start()
         cursor = StreamCursor()
+        # Index the start (nothing captured): an agent killed before a cursor could vouch for
+        # any byte (the first chunk held back, ending in what may begin a secret) then drops
+        # what it stored and captures it all again, instead of keeping it and capturing it twice.
+        ctl.append_log(job, b"", cursor.encode())
         if self._copy_attached(sock, job, ctl, cursor) and not self._running(api, container_id):
             return self._exit_code(api, container_id)
         return self._follow_engine(api, job, ctl, cursor)

@@ -25,6 +25,7 @@ from dstack_plan.providers.capacity import CapacityError
 from dstack_plan.providers.catalog import RegionPrice, catalog_offers
 from dstack_plan.providers.catalogued import CataloguedProvider
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
+from dstack_plan.providers.matching import offer_mismatch
 from dstack_plan.providers.offer_cache import OfferCache
 
 if TYPE_CHECKING:
@@ -166,8 +167,6 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
 
     async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:
         """Catalogue offers of the configured regions that EC2 offers there, cheapest first."""
-        from dstack_plan.scheduler.matching import offer_mismatch
-
         regions = self.regions()
         offered = {r: await self._offered_types(r) for r in regions}
         out = [
@@ -454,7 +453,7 @@ class AWSProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, EBSV
 
     async def agent(self, instance: Instance) -> AgentClient:
         """Not here: a booted instance is a host of its fleet, reached over SSH like an SSH
-        fleet's (`apply/cloud_fleets.py`)."""
+        fleet's (`fleets/cloud.py`)."""
         raise ProviderError(NAME, "aws instances are reached through their fleet's SSH hosts")
 
     async def close(self) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
+from dstack_plan.providers.azure.arm import arm_model, capacity_code
 from dstack_plan.providers.capabilities import ProviderWithVolumes, Volume
 
 if TYPE_CHECKING:
@@ -174,8 +175,6 @@ class ManagedDisks(ProviderWithVolumes):
         from azure.core import exceptions as ax
         from azure.mgmt.compute import models as cm
 
-        from dstack_plan.providers.azure.provider import _model
-
         disks = self.client("compute").disks
         region = spec.region or ""
         if spec.volume_id:
@@ -192,7 +191,7 @@ class ManagedDisks(ProviderWithVolumes):
         stem = re.sub(r"[^a-z0-9-]+", "-", label.lower()).strip("-")[:70]
         name = f"{stem or 'volume'}-{secrets.token_hex(3)}"
         zone = spec.availability_zone
-        body = _model(
+        body = arm_model(
             cm.Disk,
             location=region,
             zones=[zone] if zone else None,
@@ -216,9 +215,7 @@ class ManagedDisks(ProviderWithVolumes):
         return volume or Volume(provider=NAME, id=self._disk_id(name), name=label, region=region)
 
     def _disk_error(self, e: Any, doing: str) -> ProviderError:
-        from dstack_plan.providers.azure.provider import _capacity_code
-
-        code = _capacity_code(e)
+        code = capacity_code(e)
         if code is None:
             return self._failure(e, doing)
         message = self._clean(str(getattr(e.error, "message", "") or ""))
@@ -322,10 +319,8 @@ class ManagedDisks(ProviderWithVolumes):
         """PATCH the VM's data disk list: a PUT would send back all of the VM as read."""
         from azure.mgmt.compute import models as cm
 
-        from dstack_plan.providers.azure.provider import _model
-
         vms = self.client("compute").virtual_machines
-        update = _model(
+        update = arm_model(
             cm.VirtualMachineUpdate, storage_profile=cm.StorageProfile(data_disks=data_disks)
         )
         doing = f"{doing} on VM {vm_name}"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
+from dstack_plan.providers.azure.arm import arm_model, capacity_code
 from dstack_plan.providers.azure.disks import ManagedDisks
 from dstack_plan.providers.base import Instance, Offer
 from dstack_plan.providers.capabilities import ProviderWithPrices, ProviderWithTags
@@ -31,6 +32,7 @@ from dstack_plan.providers.capacity import CapacityError
 from dstack_plan.providers.catalog import ROOT_DISK_GB, RegionPrice, catalog_offers
 from dstack_plan.providers.catalogued import CataloguedProvider
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
+from dstack_plan.providers.matching import offer_mismatch
 from dstack_plan.providers.offer_cache import OfferCache
 
 if TYPE_CHECKING:
@@ -46,11 +48,6 @@ IMAGE = {
     "sku": "server",
     "version": "latest",
 }
-CAPACITY_CODES = frozenset(
-    "QuotaExceeded SpotQuotaExceeded SkuNotAvailable AllocationFailed ZonalAllocationFailed "
-    "OverconstrainedAllocationRequest OverconstrainedZonalAllocationRequest".split()
-)
-"""Also OperationNotAllowed when its message is about quota (`_capacity_code`)."""
 _POWER = {
     "starting": "provisioning",
     "running": "idle",
@@ -64,19 +61,6 @@ def _code(e: Any) -> str:
     return str(getattr(getattr(e, "error", None), "code", None) or "")
 
 
-def _capacity_code(e: Any) -> str | None:
-    """The capacity or quota code of an ARM error (or of one of its details), else None."""
-    error = getattr(e, "error", None)
-    for err in [error, *(getattr(error, "details", None) or [])]:
-        code = str(getattr(err, "code", None) or "")
-        message = str(getattr(err, "message", None) or "")
-        if code in CAPACITY_CODES or (
-            code == "OperationNotAllowed" and "quota" in message.lower()
-        ):
-            return code
-    return None
-
-
 def _status(vm: Any) -> str | None:
     """What a VM is for the contract; None when no machine runs (stopped, deallocated, failed):
     the resource and its disk remain, but nothing is there to use."""
@@ -88,13 +72,6 @@ def _status(vm: Any) -> str | None:
     if power in _POWER:
         return _POWER[power]
     return None if power is not None or state == "failed" else "provisioning"
-
-
-def _model(cls: Callable[..., T], **fields: Any) -> T:
-    """`cls(**fields)`, a model's `properties` given as flattened keywords: what every SDK
-    version of the `azure` extra takes, though the newer ones' typed overloads name only
-    `properties`."""
-    return cls(**fields)
 
 
 class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, ManagedDisks):
@@ -258,8 +235,6 @@ class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, Ma
     async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:
         """Catalogue offers of the configured regions whose size the region has, cheapest
         first."""
-        from dstack_plan.scheduler.matching import offer_mismatch
-
         regions = self.regions()
         sizes = await asyncio.gather(*(self._offered_sizes(r) for r in regions))
         offered = dict(zip(regions, sizes, strict=True))
@@ -311,15 +286,15 @@ class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, Ma
             vnet = await self._ensure(
                 network.virtual_networks,
                 f"dstack-plan-{region}",
-                _model(
+                arm_model(
                     nm.VirtualNetwork,
                     location=region,
                     tags=tags,
                     address_space=nm.AddressSpace(address_prefixes=["10.0.0.0/16"]),
-                    subnets=[_model(nm.Subnet, name="default", address_prefix="10.0.0.0/16")],
+                    subnets=[arm_model(nm.Subnet, name="default", address_prefix="10.0.0.0/16")],
                 ),
             )
-            ssh = _model(
+            ssh = arm_model(
                 nm.SecurityRule,
                 name="ssh",
                 protocol="Tcp",
@@ -334,7 +309,9 @@ class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, Ma
             nsg = await self._ensure(
                 network.network_security_groups,
                 f"dstack-plan-{region}-ssh",
-                _model(nm.NetworkSecurityGroup, location=region, tags=tags, security_rules=[ssh]),
+                arm_model(
+                    nm.NetworkSecurityGroup, location=region, tags=tags, security_rules=[ssh]
+                ),
             )
             self._networks[region] = (f"{vnet.id}/subnets/default", str(nsg.id))
         return self._networks[region]
@@ -346,21 +323,21 @@ class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, Ma
         user = self.config.ssh_user
         public = None
         if self.config.public_ips:
-            public = _model(
+            public = arm_model(
                 cm.VirtualMachinePublicIPAddressConfiguration,
                 name=f"{name}-ip",
                 delete_option="Delete",
                 sku=cm.PublicIPAddressSku(name="Standard", tier="Regional"),
                 public_ip_allocation_method="Static",
             )
-        ipconfig = _model(
+        ipconfig = arm_model(
             cm.VirtualMachineNetworkInterfaceIPConfiguration,
             name="ipconfig",
             primary=True,
             subnet=cm.SubResource(id=net[0]),
             public_ip_address_configuration=public,
         )
-        nic = _model(
+        nic = arm_model(
             cm.VirtualMachineNetworkInterfaceConfiguration,
             name=f"{name}-nic",
             primary=True,
@@ -375,7 +352,7 @@ class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, Ma
         if offer.spot:  # evicted means deleted; the bid is the on-demand price (-1)
             spot = {"priority": "Spot", "eviction_policy": "Delete"}
             spot["billing_profile"] = cm.BillingProfile(max_price=-1)
-        return _model(
+        return arm_model(
             cm.VirtualMachine,
             location=offer.region,
             tags=self._tags(fleet=fleet, name=label),
@@ -441,7 +418,7 @@ class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, Ma
         if error is not None:
             for name, _ in pollers:
                 await self._delete(name)
-            code = _capacity_code(error)
+            code = capacity_code(error)
             if code is not None:
                 raise CapacityError(NAME, code, offer) from None
             raise self._failure(error, f"creating {offer.instance_type} in {offer.region}")
@@ -571,7 +548,7 @@ class AzureProvider(CataloguedProvider, ProviderWithTags, ProviderWithPrices, Ma
 
     async def agent(self, instance: Instance) -> AgentClient:
         """Not here: a booted VM is a host of its fleet, reached over SSH like an SSH fleet's
-        (`apply/cloud_fleets.py`)."""
+        (`fleets/cloud.py`)."""
         raise ProviderError(NAME, "azure instances are reached through their fleet's SSH hosts")
 
     async def close(self) -> None:

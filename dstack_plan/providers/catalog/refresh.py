@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dstack_plan.config.atomic import write_private_atomic
 from dstack_plan.providers.capabilities import ProviderWithPrices
 from dstack_plan.providers.catalog import Catalog, CatalogItem, load_catalog, project_catalog_file
-from dstack_plan.state.atomic import write_private_atomic
 
 
 @dataclass(frozen=True, slots=True)

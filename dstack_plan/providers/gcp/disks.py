@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.providers.capabilities import ProviderWithVolumes, Volume
+from dstack_plan.providers.gcp.names import label, vm_name
 
 if TYPE_CHECKING:
     from dstack_plan.config.backends import GCPBackend
@@ -102,8 +103,6 @@ class PersistentDisks(ProviderWithVolumes):
                 )
             return found
         assert spec.size is not None  # the config requires size or volume_id
-        from dstack_plan.providers.gcp.provider import label, vm_name
-
         volume_name = spec.name or "volume"
         name = vm_name(volume_name, 0)
         disk = compute_v1.Disk(

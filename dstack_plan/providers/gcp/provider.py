@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import re
-import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +27,8 @@ from dstack_plan.providers.catalog import ROOT_DISK_GB, RegionPrice, catalog_off
 from dstack_plan.providers.catalogued import CataloguedProvider
 from dstack_plan.providers.cloud_init import STARTUP_SCRIPT
 from dstack_plan.providers.gcp.disks import PersistentDisks
+from dstack_plan.providers.gcp.names import label, vm_name
+from dstack_plan.providers.matching import offer_mismatch
 from dstack_plan.providers.offer_cache import OfferCache
 
 if TYPE_CHECKING:
@@ -67,21 +67,6 @@ _STATUS = {
     "STOPPING": "terminating",
     "SUSPENDING": "terminating",
 }
-_LABEL = re.compile(r"[^a-z0-9_-]+")
-
-
-def label(value: str) -> str:
-    """`value` as a GCP label value allows (lowercase, digits, `_`, `-`, at most 63)."""
-    return _LABEL.sub("-", value.lower())[:63]
-
-
-def vm_name(fleet: str, n: int) -> str:
-    """A unique instance name for node `n` of `fleet` (a letter first, at most 63 chars)."""
-    suffix = f"-{n}-{secrets.token_hex(3)}"
-    base = re.sub(r"[^a-z0-9-]+", "-", fleet.lower()).strip("-") or "fleet"
-    if not base[0].isalpha():
-        base = "f-" + base
-    return base[: 63 - len(suffix)] + suffix
 
 
 def _tail(url: str) -> str:
@@ -255,8 +240,6 @@ class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks, Provide
     async def offers(self, requirements: ResourcesSpec | None = None) -> list[Offer]:
         """Catalogue offers of the configured regions that some zone there offers, cheapest
         first."""
-        from dstack_plan.scheduler.matching import offer_mismatch
-
         zones = await self.zones()
         out = [
             o
@@ -570,7 +553,7 @@ class GCPProvider(CataloguedProvider, ProviderWithTags, PersistentDisks, Provide
 
     async def agent(self, instance: Instance) -> AgentClient:
         """Not here: a booted instance is a host of its fleet, reached over SSH like an SSH
-        fleet's (`apply/cloud_fleets.py`)."""
+        fleet's (`fleets/cloud.py`)."""
         raise ProviderError(NAME, "gcp instances are reached through their fleet's SSH hosts")
 
     async def close(self) -> None:

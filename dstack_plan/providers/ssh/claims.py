@@ -1,5 +1,5 @@
 """What the SSH provider is told about who owns the hosts it provisions and terminates (the
-apply layer decides: `apply/host_claims.py`). Light: no SSH library is imported here."""
+apply layer decides: `fleets/claims.py`). Light: no SSH library is imported here."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ An SSH fleet's machines are the hosts its config lists: `create_instances` takes
 (pre-flight, install the agent, read its host facts), the offer says nothing about them. A host
 that fails does not fail the others: it comes back partial (`status` `pending`, no
 `resources`), and `problems` says what went wrong with it. Its fleets are given to the
-constructor: `Project.ssh_provider` builds one per SSH fleet for `apply/fleets.py`.
+constructor: `Project.ssh_provider` builds one per SSH fleet for `fleets/ssh.py`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,244 @@
+"""The machines runs go to, fleet by fleet, and the agents on them.
+
+A fleet's machines come from one of two places. Some a provider has without being asked
+(`Provider.implicit_instances`): the implicit fleet `local` has one, this machine. An SSH
+fleet's machines are the hosts its state entry records: the fleet handler provisioned them,
+pinned their host keys and recorded their resources, so placing a run costs no pre-flight,
+only a job listing per host. A host whose last check failed is still listed (its jobs may
+run) but is not `usable` for new jobs.
+
+One provider per SSH fleet serves every request of a command (one SSH connection per host,
+reused), until `close`.
+
+Reaching an SSH host's agent starts it (installs it if need be) when it does not run, unless
+`start_agents` is off: then only an agent that runs is talked to, and a host without one does
+not answer. Watch turns it off: only apply (creating or updating a fleet) puts agents on hosts,
+so a watch tick that read the state before a destroy committed cannot bring back the agents
+destroy just stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dstack_plan.errors import ProviderError
+from dstack_plan.fleets.records import FleetRecord, fleet_ssh_config, is_cloud_fleet
+from dstack_plan.fleets.ssh import SSHProviderFactory
+from dstack_plan.providers.base import Instance, MachineResources, Provider
+from dstack_plan.providers.local import LOCAL_PROVIDER
+from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
+from dstack_plan.providers.ssh.forward import Forward
+from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
+from dstack_plan.state.model import ResourceState, State
+
+if TYPE_CHECKING:
+    from dstack_plan.agent.client import AgentClient
+    from dstack_plan.config.fleet import SSHConfig
+    from dstack_plan.providers.ssh.connect import Connection
+    from dstack_plan.providers.ssh.provider import SSHProvider
+
+LOCAL_ADDRESS = "127.0.0.1"
+"""Where the nodes of a run on the local fleet reach each other: they share this machine."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One machine of a fleet, as runs see it."""
+
+    fleet: str
+    provider: str
+    host: str
+    """How jobs name it (`JobRecord.host`, `Placement.hosts`): this machine's hostname on the
+    local fleet, the host's name (`hostname`, or `hostname:port` off port 22) on an SSH one."""
+    address: str
+    """Where the other nodes of a multi-node run reach it (`DSTACK_NODES_IPS`): the host's
+    `internal_ip` when the config gives one, else its hostname."""
+    instance: Instance
+    resources: MachineResources | None = None
+    problem: str | None = None
+    """Why its last check failed (unreachable, agent down); None when it answered."""
+
+    @property
+    def usable(self) -> bool:
+        """It can take new jobs: its resources are known and its last check passed."""
+        return self.resources is not None and self.problem is None
+
+
+class FleetMachines:
+    """Finds a fleet's machines and their agents, from the state that records the fleet."""
+
+    def __init__(
+        self, implicit: Provider, ssh_provider: SSHProviderFactory, *, start_agents: bool = True
+    ):
+        self.implicit = implicit
+        """The provider of the fleets no resource creates (`local`: this machine)."""
+        self._make_ssh = ssh_provider
+        self._start_agents = start_agents
+        self._ssh: dict[str, tuple[str, SSHProvider]] = {}
+        """fleet name -> (its recorded ssh_config and pins as JSON, the provider built from
+        them)."""
+        self._retired: list[SSHProvider] = []
+
+    @property
+    def start_agents(self) -> bool:
+        """Whether reaching an SSH host's agent may start (or install) it; False: only
+        agents that run are talked to (see the module doc). The implicit machine's agent
+        (this machine's, shared by every project) is started either way."""
+        return self._start_agents
+
+    @start_agents.setter
+    def start_agents(self, value: bool) -> None:
+        self._start_agents = value
+        for provider in [*(p for _, p in self._ssh.values()), *self._retired]:
+            provider.start_agents = value
+
+    async def machines(self, fleet: str, state: State) -> list[Machine]:
+        """The machines of `fleet`: the local one refreshed now (host facts, a fraction of a
+        second), an SSH fleet's hosts as `state` last recorded them (no I/O).
+
+        Raises ProviderError when `state` has no such fleet (not applied yet)."""
+        implicit = self.implicit.implicit_instances(fleet)
+        if implicit:
+            return await self._implicit_machines(implicit)
+        entry = self._entry(fleet, state)
+        config = ssh_config_of(entry)
+        provider = self._provider(fleet, entry, config)
+        instances = {i.id: i for i in provider.host_instances(fleet)}
+        addresses = {config.host_name(h): h.internal_ip or h.hostname for h in config.hosts}
+        machines = []
+        for host in FleetRecord.of(entry).hosts:
+            instance = instances.get(host.instance_id)
+            if instance is None:  # recorded, but no longer in the recorded config
+                continue
+            machines.append(
+                Machine(
+                    fleet=fleet,
+                    provider=entry.provider,
+                    host=host.name,
+                    address=addresses.get(host.name, host.hostname),
+                    instance=instance,
+                    resources=host.resources,
+                    problem=host.problem,
+                )
+            )
+        return machines
+
+    def has_host(self, fleet: str, host: str, state: State) -> bool:
+        """Whether `fleet` still has the machine `host` (no I/O). A fleet of implicit
+        machines always has: its one machine goes by several names (`localhost`, hostname)."""
+        if self.implicit.implicit_instances(fleet):
+            return True
+        entry = self._entry(fleet, state)
+        return any(h.name == host for h in FleetRecord.of(entry).hosts)
+
+    async def agent(self, fleet: str, host: str, state: State) -> AgentClient:
+        """The agent on `fleet`'s machine `host` (as jobs record it); no I/O until its first
+        request. On a fleet of implicit machines, a `host` it does not know is its first
+        machine (the local fleet's older records say `localhost`)."""
+        implicit = self.implicit.implicit_instances(fleet)
+        if implicit:
+            named = [i for i in implicit if i.hostname == host]
+            return await self.implicit.agent((named or implicit)[0])
+        provider, instance = self._ssh_host(fleet, host, state)
+        return await provider.agent(instance)
+
+    async def forward(
+        self, fleet: str, host: str, state: State, remote_port: int, local_port: int = 0
+    ) -> Forward:
+        """`remote_port` of `fleet`'s machine `host`, reachable on this machine's 127.0.0.1:
+        through an SSH forward from `local_port` (0: any free one) for an SSH host; as it is
+        (local port = `remote_port`, nothing forwarded) on the implicit machines, this one.
+        Raises OSError when `local_port` cannot be bound."""
+        if self.implicit.implicit_instances(fleet):
+            return Forward.direct(host, remote_port)
+        provider, instance = self._ssh_host(fleet, host, state)
+        return await provider.forward_port(instance, remote_port, local_port)
+
+    async def connection(self, fleet: str, host: str, state: State) -> Connection:
+        """The SSH connection to host `host` of SSH fleet `fleet` (its pinned key), pooled
+        until `close`. ProviderError for a fleet of implicit machines or no such host."""
+        if self.implicit.implicit_instances(fleet):
+            raise ProviderError(
+                self.implicit.name, f"fleet {fleet!r} is not an SSH fleet: it has no SSH hosts"
+            )
+        provider, instance = self._ssh_host(fleet, host, state)
+        return await provider.connection(instance)
+
+    def _ssh_host(self, fleet: str, host: str, state: State) -> tuple[SSHProvider, Instance]:
+        """The provider of SSH (or booted cloud) fleet `fleet` and its host `host`, as jobs
+        and gateways record it; ProviderError when the fleet has no such host."""
+        entry = self._entry(fleet, state)
+        provider = self._provider(fleet, entry, ssh_config_of(entry))
+        for instance in provider.host_instances(fleet):
+            if instance.id == f"ssh:{host}":
+                return provider, instance
+        raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
+
+    async def close(self) -> None:
+        for provider in [*(p for _, p in self._ssh.values()), *self._retired]:
+            await provider.close()
+        self._ssh.clear()
+        self._retired.clear()
+        await self.implicit.close()
+
+    async def _implicit_machines(self, implicit: list[Instance]) -> list[Machine]:
+        provider = self.implicit
+        found = await provider.refresh(implicit)
+        if not found or any(i.resources is None for i in found):
+            raise ProviderError(provider.name, "this machine's resources are not known")
+        return [
+            Machine(
+                fleet=i.fleet,
+                provider=provider.name,
+                host=i.hostname,
+                address=LOCAL_ADDRESS if provider.name == LOCAL_PROVIDER else i.hostname,
+                instance=i,
+                resources=i.resources,
+            )
+            for i in found
+        ]
+
+    def _entry(self, fleet: str, state: State) -> ResourceState:
+        entry = state.get(f"fleet.{fleet}")
+        if entry is None:
+            raise ProviderError("fleet", f"fleet {fleet!r} is not in state: apply it first")
+        if entry.provider not in HOST_FLEET_PROVIDERS:
+            raise ProviderError(
+                entry.provider, f"fleet {fleet!r}: runs on {entry.provider} fleets are not "
+                "supported in this version"
+            )  # fmt: skip
+        return entry
+
+    def kept_provider(self, entry: ResourceState) -> SSHProvider:
+        """The provider of the SSH fleet `entry` records, kept (with its connections and
+        agent clients) until `close`: what refreshing the fleet uses, so a long-lived process
+        (watch) asks its hosts over the same connections tick after tick."""
+        fleet = entry.address.split(".", 1)[1]
+        return self._provider(fleet, entry, ssh_config_of(entry))
+
+    def _provider(self, fleet: str, entry: ResourceState, config: SSHConfig) -> SSHProvider:
+        # pinned keys too: after `dstack fleet trust` a long-lived watch must connect with the
+        # new pin, not keep refusing the host with the old one
+        pins = FleetRecord.of(entry).pins()
+        key = json.dumps([config.model_dump(mode="json"), pins], sort_keys=True)
+        cached = self._ssh.get(fleet)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if cached is not None:
+            self._retired.append(cached[1])  # its connections are closed with the others
+        provider = self._make_ssh(fleet, config, MemoryHostKeyStore(pins))
+        provider.start_agents = self._start_agents
+        self._ssh[fleet] = (key, provider)
+        return provider
+
+
+def ssh_config_of(entry: ResourceState) -> SSHConfig:
+    """The `ssh_config` a fleet's state entry records: an SSH fleet's own, or the one that
+    reaches a cloud fleet's booted machines (`cloud_records.cloud_ssh_config`)."""
+    if is_cloud_fleet(entry):
+        from dstack_plan.fleets.cloud_records import CloudFleetRecord, cloud_ssh_config
+
+        return cloud_ssh_config(CloudFleetRecord.of(entry))
+    return fleet_ssh_config(entry.spec, entry.address)[1]

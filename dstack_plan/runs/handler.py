@@ -1,0 +1,550 @@
+"""Runs (tasks, services, dev environments): jobs submitted to the agents of their fleet."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dstack_plan.agent.api_models import JobInfo
+from dstack_plan.agent.client import AgentClient
+from dstack_plan.agent.protocol import SCALED_DOWN
+from dstack_plan.apply.deployment import Deployment
+from dstack_plan.apply.events import plural
+from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
+from dstack_plan.config.kinds import RUN_KINDS
+from dstack_plan.config.quotas import namespace_of
+from dstack_plan.config.runs import RunSpec, ServiceSpec
+from dstack_plan.config.secrets import SecretStore
+from dstack_plan.errors import AgentError, DstackPlanError, PlanError, ProviderError
+from dstack_plan.fleets.load import fleet_load
+from dstack_plan.fleets.machines import FleetMachines, Machine
+from dstack_plan.plan.kinds import FINISHED_STATUSES
+from dstack_plan.plan.model import Action, MachineOffer, ResourceChange
+from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
+from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
+from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
+from dstack_plan.runs.code_archive import CodeArchive, PrivatePaths, pack
+from dstack_plan.runs.health import crash, run_status
+from dstack_plan.runs.jobs import slots, stop_seconds
+from dstack_plan.runs.ownership import jobs_to_remove
+from dstack_plan.runs.placing import HostRun, place_on_fleet
+from dstack_plan.runs.queueing import (
+    QUEUED_KEY,
+    SCHEDULE_KEY,
+    NoCapacity,
+    Queued,
+    Scheduled,
+    next_fire,
+    pending_attributes,
+    scheduled,
+    waiting_for,
+    waits_for_capacity,
+)
+from dstack_plan.runs.records import JobRecord, RunRecord
+from dstack_plan.runs.rollout import job_spec_hash, roll, rolls, stamped
+from dstack_plan.runs.scaling import kept_replicas, scaled_to_zero
+from dstack_plan.runs.submission import PlacedJob, RunSubmission, Submitted, submit_jobs
+from dstack_plan.runs.usage import slot_gpus
+from dstack_plan.runs.user import current_user
+from dstack_plan.runs.volume_attach import VolumeAttacher
+from dstack_plan.runs.volume_mounts import run_volume_names, volume_sites
+from dstack_plan.state.model import ResourceState, State
+
+MAX_CONCURRENT_STOPS = 16
+MAX_CONCURRENT_LISTINGS = 32
+STOP_WAIT_SLACK = 15.0
+"""Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
+FleetGrower = Callable[[str, MachineOffer, RunSpec, ApplyContext], Awaitable[State]]
+"""(cloud fleet, the offer planned, the run, ctx) -> the state with the fleet grown."""
+RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, *HOST_FLEET_PROVIDERS})
+"""The providers whose fleets runs can go to in this version."""
+
+
+class RunHandler(ResourceHandler):
+    """Create, scale, refresh and stop runs on the agents of their fleet's machines: the
+    local fleet (this machine), SSH fleets and cloud fleets (the hosts their state entry
+    records)."""
+
+    def __init__(
+        self,
+        machines: FleetMachines,
+        secrets: SecretStore,
+        deployment: str | Deployment,
+        code_dir: Callable[[str], Path] = lambda address: Path.cwd(),
+        grow: FleetGrower | None = None,
+        volumes: VolumeAttacher | None = None,
+        private: Callable[[], PrivatePaths] = PrivatePaths,
+    ) -> None:
+        self.machines = machines
+        self._private = private
+        """What runs never send (the project's `.dstack/`, its state: `code_sources`)."""
+        self._grow = grow
+        """Adds machines to a cloud fleet a run bursts to (`runs/bursting.py`)."""
+        self._volumes = volumes
+        """Attaches the network volumes runs mount (`runs/volume_attach.py`)."""
+        self.secrets = secrets
+        self._deployment = deployment
+        self.code_dir = code_dir
+        """address -> the directory a run's relative `files:` and `repos:` paths start at
+        (its config file's)."""
+
+    @property
+    def deployment(self) -> str:
+        """The key of the state this handler's jobs belong to (see `apply.deployment`)."""
+        return str(self._deployment)
+
+    def cannot_create(self, kind: str, provider: str) -> str | None:
+        if provider in RUN_PROVIDERS:
+            return None
+        return (
+            f"the {provider} provider cannot run {kind}s in this version (only the local "
+            "fleet, SSH fleets and cloud fleets)"
+        )
+
+    async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
+        """Start the run; or record it `pending` without jobs: a scheduled task (watch starts
+        it when its cron fires), or a run no host has room for now whose `retry` covers
+        no-capacity (watch places it when room frees; see `runs/queueing.py`)."""
+        assert change.after is not None
+        spec = spec_from_normalized(change.kind, change.after)
+        assert isinstance(spec, RunSpec)
+        fleet = change.placement.fleet if change.placement else LOCAL_FLEET
+        now = ctx.clock.now()
+        if scheduled(spec):
+            record = Scheduled(next_run_at=next_fire(spec, now))
+            owner = _owner(change, ctx.current_state())  # who it counts against, started
+            attributes = pending_attributes(fleet, {**owner, SCHEDULE_KEY: record.to_json()})
+            return Outcome(status="pending", attributes=attributes)
+        try:
+            return await self.start(change, ctx)
+        except NoCapacity as e:
+            if not waits_for_capacity(spec):
+                raise
+            queued = Queued(since=now, why=e.detail)
+            ctx.progress(change.address, f"queued until a host has room: {e.detail}")
+            owner = _owner(change, ctx.current_state())
+            return Outcome(
+                status="pending",
+                attributes=pending_attributes(fleet, {**owner, QUEUED_KEY: queued.to_json()}),
+            )
+
+    async def start(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
+        """Place the run's jobs and submit them (what `create` does for a run it starts, and
+        watch for a queued or scheduled one); `NoCapacity` when no host has room now."""
+        assert change.after is not None
+        spec = spec_from_normalized(change.kind, change.after)
+        assert isinstance(spec, RunSpec)
+        fleet = change.placement.fleet if change.placement else LOCAL_FLEET
+        if change.placement is not None and change.placement.placed is False:
+            # the agent would start it anyway (process jobs have no limits): refuse instead.
+            # One that may wait is queued, not placed now: the runs the plan placed before
+            # it may not have been submitted yet
+            if change.placement.pending and waits_for_capacity(spec):
+                raise NoCapacity(fleet, waiting_for(change.placement), change.address)
+            raise ProviderError(fleet, change.placement.note or "cannot be placed")
+        state = ctx.current_state()
+        burst = change.placement.offer if change.placement is not None else None
+        if burst is not None:  # the plan sent it to new machines of a cloud fleet
+            if self._grow is None:
+                raise ProviderError(fleet, "this apply cannot add machines to fleets")
+            ctx.progress(change.address, f"bursting to {fleet}: {plural(burst.count, 'machine')}")
+            state = await self._grow(fleet, burst, spec, ctx)
+        machines = await self._placed(change, spec, fleet, state)
+        placed = [PlacedJob(s, m) for s, m in zip(slots(spec), machines, strict=True)]
+        generation = int(ctx.clock.now() * 1000)
+        run = RunSubmission(
+            spec,
+            change.name,
+            self.deployment,
+            generation,
+            self.secrets,
+            self.pack_code(change, spec),
+        )
+        agents = await self._agents(fleet, {m.host for m in machines}, state)
+        jobs = await self._submit(change.address, run, placed, agents, state, ctx)
+        gpus = slot_gpus(spec)
+        record = RunRecord(
+            fleet=fleet,
+            generation=generation,
+            deployment=self.deployment,
+            # new machines of a burst are the fleet's: its entry counts their price
+            price_per_hour=(
+                change.placement.price_per_hour if change.placement and not burst else 0.0
+            ),
+            jobs=tuple(_job_record(j, gpus) for j in jobs),
+            # what quotas count it against (`runs/usage.py`)
+            namespace=namespace_of(change.after),
+            user=_applier(change, state),
+        )
+        return Outcome(status=run_status([j.info for j in jobs]), attributes=record.to_json())
+
+    async def update(
+        self, change: ResourceChange, current: ResourceState, ctx: ApplyContext
+    ) -> Outcome:
+        assert change.after is not None
+        spec = spec_from_normalized(change.kind, change.after)
+        assert isinstance(spec, RunSpec)
+        if not isinstance(spec, ServiceSpec):
+            return Outcome(status=current.status, attributes=dict(current.attributes))
+        # scale a service: add missing replicas, stop the surplus; then, when what the
+        # replicas run changed, replace them one at a time (`runs/rollout.py`)
+        rolling = rolls(change)
+        if rolling:
+            current = stamped(current)  # the jobs it has run the spec it had
+        runs = job_spec_hash(change.after) if rolling else None
+        count = kept_replicas(spec, current.attributes)
+        attributes = await self._resize(change, current, spec, count, ctx, spec_hash=runs)
+        if rolling:
+            entry = current.updated(now=current.updated_at, attributes=attributes)
+            status, attributes = await roll(self, entry, change, ctx)
+            return Outcome(status=status, attributes=attributes)
+        return await self._outcome(current, attributes, ctx, scaled_to_zero=count == 0)
+
+    async def scale(self, current: ResourceState, replicas: int, ctx: ApplyContext) -> Outcome:
+        """Give service `current` exactly `replicas` replicas, on the spec it runs (watch's
+        autoscaler): new ones placed and started, the surplus stopped (`scaled_down`)."""
+        spec = spec_from_normalized(current.kind, dict(current.spec))
+        assert isinstance(spec, ServiceSpec)
+        change = ResourceChange.in_place(current)
+        attributes = await self._resize(change, current, spec, replicas, ctx)
+        return await self._outcome(current, attributes, ctx, scaled_to_zero=replicas == 0)
+
+    async def _resize(
+        self,
+        change: ResourceChange,
+        current: ResourceState,
+        spec: ServiceSpec,
+        count: int,
+        ctx: ApplyContext,
+        spec_hash: str | None = None,
+    ) -> dict[str, Any]:
+        """Replicas 0..`count`-1 of `spec`: the missing started, the others stopped; the
+        attributes with the jobs that remain. `spec_hash` stamps the new jobs (a rollout)."""
+        state = ctx.current_state()
+        record = RunRecord.of(current)
+        wanted = slots(spec, replicas=count)
+        have = {r.slot for r in record.jobs}
+        missing = [s for s in wanted if (s.replica, s.node) not in have]
+        kept = [r for r in record.jobs if r.slot in {(s.replica, s.node) for s in wanted}]
+        surplus = [r for r in record.jobs if r not in kept]
+        added: list[Submitted] = []
+        if missing:
+            machines = await self.place_now(
+                record.fleet, change.address, spec, state, replicas=len(missing)
+            )
+            placed = [PlacedJob(s, m) for s, m in zip(missing, machines, strict=True)]
+            generation = record.generation or 0
+            code = self.pack_code(change, spec)
+            run = RunSubmission(spec, change.name, self.deployment, generation, self.secrets, code)
+            agents = await self._agents(record.fleet, {m.host for m in machines}, state)
+            added = await self._submit(change.address, run, placed, agents, state, ctx)
+        await self._stop_and_remove(record.fleet, surplus, spec, state, reason=SCALED_DOWN)
+        gpus = slot_gpus(spec)
+        jobs = kept + [_job_record(j, gpus)._replace(spec_hash=spec_hash) for j in added]
+        return {**current.attributes, "jobs": [j.to_json() for j in jobs]}
+
+    async def _outcome(
+        self,
+        current: ResourceState,
+        attributes: dict[str, Any],
+        ctx: ApplyContext,
+        scaled_to_zero: bool = False,
+    ) -> Outcome:
+        """The status of run `current` with `attributes` (its jobs) as they are now; a
+        service scaled to zero by its request rate is running: it starts on a request."""
+        record = RunRecord.of(current.model_copy(update={"attributes": attributes}))
+        if scaled_to_zero and not record.jobs:
+            return Outcome(status="running", attributes=attributes)
+        infos = await self._infos(record.fleet, list(record.jobs), ctx.current_state())
+        return Outcome(status=run_status(list(infos.values())), attributes=attributes)
+
+    async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
+        return (await self.refresh_many([current], ctx))[current.address]
+
+    async def refresh_many(
+        self, currents: Sequence[ResourceState], ctx: ApplyContext
+    ) -> dict[str, Refreshed]:
+        """One job listing per machine, shared by all the runs on it (not a request per job).
+
+        A run with a job on an SSH host that does not answer keeps its recorded status (its
+        jobs may well run on): nothing is concluded from a host that cannot be asked."""
+        state = ctx.current_state()
+        wanted: dict[tuple[str, str], str] = {}  # (fleet, machine) -> a host name for it
+        for current in currents:
+            record = RunRecord.of(current)
+            for host in _hosts(record):
+                wanted.setdefault((record.fleet, _machine_key(record.fleet, host)), host)
+        limit = asyncio.Semaphore(MAX_CONCURRENT_LISTINGS)
+
+        async def ask(key: tuple[str, str]) -> dict[str, JobInfo] | None:
+            async with limit:
+                return await self._listing(key[0], wanted[key], state)
+
+        keys = sorted(wanted)
+        answers = await asyncio.gather(*(ask(k) for k in keys))
+        listings: dict[tuple[str, str], dict[str, JobInfo] | None] = dict(
+            zip(keys, answers, strict=True)
+        )
+        found: dict[str, Refreshed] = {}
+        for current in currents:
+            record = RunRecord.of(current)
+            known: dict[str, JobInfo] = {}
+            unreachable = False
+            for host in sorted(_hosts(record)):
+                listing = listings[(record.fleet, _machine_key(record.fleet, host))]
+                if listing is None:
+                    unreachable = True
+                else:
+                    known.update(listing)
+            if not record.jobs or unreachable:
+                found[current.address] = Refreshed(current.status, dict(current.attributes))
+            else:
+                found[current.address] = _refreshed(current, record, known)
+        return found
+
+    async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
+        spec = spec_from_normalized(current.kind, current.spec)
+        assert isinstance(spec, RunSpec)
+        state = ctx.current_state()
+        record = RunRecord.of(current)
+        recorded = _hosts(record)
+        # a create cut short may have submitted to hosts it did not record: look on all the
+        # fleet's; a recorded host that left the fleet took its jobs with it (drained)
+        known = await self._fleet_hosts(record.fleet, state)
+        hosts = recorded if known is None else known
+        if record.fleet == LOCAL_FLEET:
+            hosts = {next(iter(sorted(hosts)), "localhost")}  # one machine, one agent
+        for host in sorted(hosts):
+            agent = await self.machines.agent(record.fleet, host, state)
+            try:
+                listed = await agent.list_jobs(run_name=current.name)
+            except DstackPlanError:
+                if host in recorded or record.fleet == LOCAL_FLEET:
+                    raise  # it holds jobs of this run: they must not be forgotten
+                continue
+            owned = jobs_to_remove(current, listed, self.deployment, ctx.replacement)
+            here = {j.id for j in listed}
+            if record.fleet == LOCAL_FLEET:
+                here |= set(record.job_ids())
+            else:
+                here |= {r.id for r in record.jobs if r.host == host}
+            ids = sorted(owned & here)
+            if ids:
+                await _stop_and_remove(agent, ids, spec)
+        if self._volumes is not None and run_volume_names(spec):
+            # its jobs are gone: the volumes they mounted leave their machines
+            await self._volumes.release(state, excluding={current.address})
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    async def _submit(
+        self,
+        address: str,
+        run: RunSubmission,
+        placed: Sequence[PlacedJob],
+        agents: dict[str, AgentClient],
+        state: State,
+        ctx: ApplyContext,
+    ) -> list[Submitted]:
+        """Attach the network volumes the placed jobs mount to their machines, then submit."""
+        if run_volume_names(run.spec):
+            if self._volumes is None:
+                raise ProviderError("volume", "this apply cannot attach volumes", address)
+            disks = await self._volumes.attach(
+                run.spec, placed, state, lambda m: ctx.progress(address, m)
+            )
+            run = run._replace(disks=disks)
+        return await submit_jobs(run, placed, agents, ctx)
+
+    def pack_code(self, change: ResourceChange, spec: RunSpec) -> CodeArchive | None:
+        """The run's local files, packed now; refused when they are not what the plan saw
+        (a saved plan applied after an edit would run other code than it showed)."""
+        archive = pack(
+            spec, self.code_dir(change.address), run=change.address, private=self._private()
+        )
+        planned = change.after.get(CODE_KEY) if change.after else None
+        found = archive.fingerprint() if archive else None
+        if planned is not None and found != planned:
+            raise PlanError(
+                f"{change.address}: its local files changed since the plan was made "
+                "(files: / repos:); run plan again"
+            )
+        return archive
+
+    async def _placed(
+        self, change: ResourceChange, spec: RunSpec, fleet: str, state: State
+    ) -> list[Machine]:
+        """The machine of each job: where the plan placed it, or, when the plan could not
+        know the machines (the fleet is created by this apply), placed now by the same rules."""
+        planned = change.placement.hosts if change.placement else ()
+        if planned and len(planned) == len(slots(spec)):
+            by_host = {m.host: m for m in await self.machines.machines(fleet, state)}
+            if all(h in by_host for h in planned):
+                return [by_host[h] for h in planned]
+        return await self.place_now(fleet, change.address, spec, state)
+
+    async def place_now(
+        self,
+        fleet: str,
+        address: str,
+        spec: RunSpec,
+        state: State,
+        replicas: int | None = None,
+    ) -> list[Machine]:
+        """Place the run's jobs (or `replicas` more of a service's) on the fleet's usable
+        machines as they are loaded now; raise ProviderError when they do not fit."""
+        load = await fleet_load(self.machines, fleet, state, self.deployment)
+        if not load.candidates:
+            raise NoCapacity(
+                fleet, f"no host of the fleet can take jobs now ({load.why_none()})", address
+            )
+        run = HostRun(address, address.split(".", 1)[1], spec, starts=True, replicas=replicas)
+        # a scale-up adds to what the run holds: its own jobs count as busy then
+        deployment = None if replicas is not None else self.deployment
+        placement = place_on_fleet(
+            [run],
+            load.candidates,
+            load.busy,
+            deployment,
+            load.labels,
+            load.bandwidth,
+            volume_sites(state),
+        ).placements
+        if not placement[address].placed:
+            error = NoCapacity if placement[address].pending else ProviderError
+            raise error(fleet, placement[address].note or "cannot be placed", address)
+        return [load.machines[h] for h in placement[address].hosts]
+
+    async def _agents(self, fleet: str, hosts: set[str], state: State) -> dict[str, AgentClient]:
+        return {h: await self.machines.agent(fleet, h, state) for h in hosts}
+
+    async def _fleet_hosts(self, fleet: str, state: State) -> set[str] | None:
+        """The hosts `fleet` has now (none: a cloud fleet whose machines were released);
+        None when the fleet is gone from state (only the recorded hosts are known)."""
+        try:
+            return {m.host for m in await self.machines.machines(fleet, state)}
+        except ProviderError:
+            return None
+
+    async def _listing(self, fleet: str, host: str, state: State) -> dict[str, JobInfo] | None:
+        """The jobs on `host` by id; None when an SSH host cannot be asked (the local agent's
+        errors are raised: it is this machine). A host no longer in its fleet has none: its
+        jobs went with it (drift the plan repairs)."""
+        if not self.machines.has_host(fleet, host, state):
+            return {}
+        agent = await self.machines.agent(fleet, host, state)  # no I/O: a missing fleet raises
+        try:
+            return {j.id: j for j in await agent.list_jobs()}
+        except DstackPlanError:
+            if fleet == LOCAL_FLEET:
+                raise
+            return None
+
+    async def _infos(
+        self, fleet: str, jobs: Sequence[JobRecord], state: State
+    ) -> dict[str, JobInfo]:
+        found: dict[str, JobInfo] = {}
+        for job in jobs:
+            agent = await self.machines.agent(fleet, job.host, state)
+            try:
+                found[job.id] = await agent.get_job(job.id)
+            except AgentError as e:
+                if e.status != 404:
+                    raise
+        return found
+
+    async def _stop_and_remove(
+        self,
+        fleet: str,
+        jobs: Sequence[JobRecord],
+        spec: RunSpec,
+        state: State,
+        reason: str | None = None,
+    ) -> None:
+        by_host: dict[str, list[str]] = {}
+        for job in jobs:
+            by_host.setdefault(job.host, []).append(job.id)
+        for host, ids in by_host.items():
+            agent = await self.machines.agent(fleet, host, state)
+            await _stop_and_remove(agent, ids, spec, reason)
+
+
+async def _stop_and_remove(
+    agent: AgentClient, ids: list[str], spec: RunSpec, reason: str | None = None
+) -> None:
+    """Stop the jobs `ids` on `agent` (each within its graceful window, ending with `reason`,
+    default the user's) and remove them."""
+    timeout = stop_seconds(spec)
+    limit = asyncio.Semaphore(MAX_CONCURRENT_STOPS)
+
+    async def one(job_id: str) -> None:
+        async with limit:
+            try:
+                info = await agent.get_job(job_id)
+                if not info.finished:
+                    await agent.stop(job_id, timeout=timeout, reason=reason)
+                    await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
+                await agent.delete(job_id, force=True)
+            except AgentError as e:
+                if e.status != 404:
+                    raise
+
+    # all jobs stop in parallel (each may wait out its graceful window), at most N at once
+    await asyncio.gather(*(one(i) for i in ids))
+
+
+def fleet_of(run: ResourceState) -> str:
+    """The fleet a run in state is on, as its create recorded it (`local` before fleets)."""
+    return RunRecord.of(run).fleet
+
+
+def _owner(change: ResourceChange, state: State) -> dict[str, Any]:
+    """The `namespace` and `user` attributes of a run `change` records (defaults left out)."""
+    record = RunRecord(namespace=namespace_of(change.after or {}), user=_applier(change, state))
+    return {k: v for k, v in record.to_json().items() if k in ("namespace", "user")}
+
+
+def _applier(change: ResourceChange, state: State) -> str:
+    """Who the run counts against: whoever applies it; for a run watch starts again (a
+    retry, a queued or scheduled run: a create of an entry that exists), who applied it."""
+    if change.action is Action.CREATE:
+        entry = state.get(change.address)
+        if entry is not None and entry.kind in RUN_KINDS:
+            user = RunRecord.of(entry).user
+            if user is not None:
+                return user
+    return current_user()
+
+
+def _machine_key(fleet: str, host: str) -> str:
+    """The local fleet has one machine, whatever name its older records give it."""
+    return "" if fleet == LOCAL_FLEET else host
+
+
+def _hosts(record: RunRecord) -> set[str]:
+    return {j.host for j in record.jobs}
+
+
+def _job_record(job: Submitted, gpus: Mapping[tuple[int, int], float]) -> JobRecord:
+    """The record of a job just submitted; `gpus`: what each (replica, node) holds."""
+    slot = (job.slot.replica, job.slot.node)
+    return JobRecord.of_job(job.info, *slot, host=job.machine.host, gpus=gpus.get(slot))
+
+
+def _refreshed(
+    current: ResourceState, record: RunRecord, known: Mapping[str, JobInfo]
+) -> Refreshed:
+    """A run's refreshed status and job records, from the jobs its agents know (by id)."""
+    found = [(r, known[r.id]) for r in record.jobs if r.id in known]
+    if not found:
+        attributes = dict(current.attributes)
+        if current.status in FINISHED_STATUSES or (not record.jobs and scaled_to_zero(current)):
+            return Refreshed(current.status, attributes)
+        return Refreshed(current.status, attributes, gone="jobs are gone from the agent")
+    infos = {r.id: info for r, info in found}
+    jobs = [r.refreshed(infos[r.id]) if r.id in infos else r for r in record.jobs]
+    attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
+    status = run_status([info for _, info in found])
+    return Refreshed(status, attributes, crashed=crash(current.kind, current.name, found))

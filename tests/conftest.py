@@ -1,16 +1,51 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.infra.network_guard import guarded_connect, guarded_getaddrinfo
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# No test may depend on wall-clock time: on a loaded machine (or beside parallel workers) one
+# example can take longer than Hypothesis's default 200 ms deadline without anything wrong.
+settings.register_profile("no-clock", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("no-clock")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker, take Ctrl-C back: execnet starts workers with SIGINT
+    ignored, and an ignored signal stays ignored across exec, so every process a test starts
+    (`dstack watch`, `top`, the benchmarks) would ignore the SIGINT the test sends it."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, the longest tests first (the schedulers hand tests out in
+    the order the workers collected them): those marked `slow`, then the end-to-end tests
+    on the namespace hosts, the other end-to-end tests, the integration tests, and the unit
+    tests last, which fill the gaps at the end. A stable sort: within one rank, the file
+    order stays."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=_expected_length_rank)
+
+
+def _expected_length_rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    path = Path(str(item.path)).relative_to(REPO_ROOT).parts
+    kind = path[1] if len(path) > 2 else ""
+    if kind == "e2e":
+        return 1 if "ssh_hosts" in getattr(item, "fixturenames", ()) else 2
+    return 3 if kind == "integration" else 4
 
 
 def run_main(
@@ -48,7 +83,7 @@ def _block_stray_network_access():
 @pytest.fixture(autouse=True, scope="session")
 def _keep_off_the_users_ssh_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """`dstack attach` run in-process writes dev environments' SSH entries to a temp dir
-    and never includes them from the real ~/.ssh/config (`inspect/ssh_config.py`)."""
+    and never includes them from the real ~/.ssh/config (`runs/ssh_config.py`)."""
     name = "DSTACK_PLAN_SSH_CONFIG_DIR"
     before = os.environ.get(name)
     os.environ[name] = str(tmp_path_factory.mktemp("ssh-config"))
@@ -57,6 +92,25 @@ def _keep_off_the_users_ssh_config(tmp_path_factory: pytest.TempPathFactory) -> 
         os.environ.pop(name, None)
     else:
         os.environ[name] = before
+
+
+BUNDLE_CACHE_ENV = "DSTACK_PLAN_CACHE_DIR"  # dstack_plan.providers.ssh.bundle.CACHE_DIR_ENV
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_agent_bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One cache of agent bundles (`providers/ssh/bundle.py`) for the session: tests give
+    `dstack` a HOME of their own, and each would otherwise build the bundle into its own
+    `~/.cache` (2 s of CPU). A build is reproducible (the same sources, the same bytes), so
+    the cached one is the bundle the test would have built. The CLI's environment gets it
+    too (`cli_env`, tests/e2e/conftest.py); a test of the cache itself sets its own."""
+    before = os.environ.get(BUNDLE_CACHE_ENV)
+    os.environ[BUNDLE_CACHE_ENV] = str(tmp_path_factory.mktemp("bundle-cache"))
+    yield
+    if before is None:
+        os.environ.pop(BUNDLE_CACHE_ENV, None)
+    else:
+        os.environ[BUNDLE_CACHE_ENV] = before
 
 
 def require(variable: str, reason: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import BUNDLE_CACHE_ENV, REPO_ROOT
 
 CLI = [sys.executable, "-m", "dstack_plan.cli"]
 Dstack = Callable[..., subprocess.CompletedProcess]
@@ -37,6 +37,8 @@ def cli_env(agent_dir: Path, tmp_path: Path) -> dict[str, str]:
         # `dstack attach` on a dev environment writes its SSH entry here, never into ~/.ssh
         DSTACK_PLAN_SSH_CONFIG_DIR=str(tmp_path / "ssh-config"),
         PYTHONPATH=str(REPO_ROOT),
+        # the session's cache of agent bundles (tests/conftest.py), whatever HOME a test sets
+        DSTACK_PLAN_CACHE_DIR=os.environ[BUNDLE_CACHE_ENV],
         # Cloud SDKs looking for credentials would ask the metadata server of a cloud VM
         # (169.254.169.254): keep them on this machine
         NO_GCE_CHECK="True",

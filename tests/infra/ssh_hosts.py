@@ -8,6 +8,10 @@ Layout (all created here, torn down at the end; a previous run's leftovers are r
   bridge: the root namespace has no route to it, so only a proxy_jump through `jump` reaches it.
 - every host has its own ed25519 host key (regenerate one and restart its sshd to test a
   changed key) and accepts the one client key; root's slow `~/.bashrc` is hidden per host.
+- every host has a `~/.dstack-plan` of its own (a directory of its own mounted over root's,
+  in its mount namespace): what goes there by default (gateways' relays, agents installed
+  without `DSTACK_PLAN_SSH_AGENT_DIR`) is the host's alone, as on separate machines, and is
+  never another copy's (another test run, or another pytest-xdist worker).
 - `bare` logs in with a PATH that has neither python3 nor docker, and forbids TCP forwarding;
   `gpu` and `gpu2` (the last host, so the others keep their addresses) have a fake
   `nvidia-smi` first on its PATH.
@@ -28,15 +32,41 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SLOT = int(os.environ.get("DSTACK_PLAN_SSH_TEST_SLOT", "0"))
-"""Which copy of the test network (0-9): several test runs side by side (parallel helpers on
-one machine) each set their own, so none tears down another's hosts."""
+BASE_SLOT = int(os.environ.get("DSTACK_PLAN_SSH_TEST_SLOT", "0"))
+"""The test run's copy of the network (0-9): several test runs side by side (parallel helpers
+on one machine) each set their own, so none tears down another's hosts."""
+
+
+def worker_slot(base: int, worker: str | None) -> int:
+    """The copy of the network of one process of a test run: `base` itself in a run without
+    workers (a benchmark run by hand may name any copy, 0-255: the third byte of the
+    subnet), else 100 + 10 * base + N for pytest-xdist's worker `gwN` (`PYTEST_XDIST_WORKER`),
+    so that each worker has hosts of its own and no copy of one run is a copy another run
+    (serial, or parallel with another base) uses."""
+    if not worker:
+        if not 0 <= base <= 255:
+            raise ValueError(f"DSTACK_PLAN_SSH_TEST_SLOT={base}: a copy is 0-255")
+        return base
+    number = int(worker.removeprefix("gw"))
+    if not (0 <= base <= 9 and 0 <= number <= 9):
+        raise ValueError(
+            f"DSTACK_PLAN_SSH_TEST_SLOT={base} with worker {worker}: parallel runs need a base "
+            "slot of 0-9 and at most 10 workers (-n 10)"
+        )
+    return 100 + 10 * base + number
+
+
+SLOT = worker_slot(BASE_SLOT, os.environ.get("PYTEST_XDIST_WORKER"))
+"""This process's copy: bridge `br-dpssh{SLOT}`, namespaces `dpssh{SLOT}-*`, 10.213.SLOT.0/24
+(names all within Linux's 15 characters for an interface: see `SSHTestHost.veth`)."""
 BRIDGE = "br-dpssh" if SLOT == 0 else f"br-dpssh{SLOT}"
 PREFIX = "dpssh-" if SLOT == 0 else f"dpssh{SLOT}-"
 SUBNET = f"10.213.{SLOT}"
 INNER = f"10.214.{SLOT}"
 INNER_NET = f"{INNER}.0/24"
 SSHD = "/usr/sbin/sshd"
+HOST_DSTACK_DIR = "/root/.dstack-plan"
+"""Root's `~/.dstack-plan`, over which each host mounts a directory of its own."""
 SYSTEMD_ROOT_ENV = "DSTACK_PLAN_SYSTEMD_ROOT"  # dstack_plan.providers.ssh.systemd.ROOT_ENV
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
@@ -62,6 +92,18 @@ class SSHTestHost:
         return PREFIX + self.name
 
     @property
+    def veth(self) -> str:
+        """Its link's end in the root namespace: `v<netns>`, or where that is longer than the
+        15 characters Linux allows an interface name, `v<prefix>` and the last byte of its
+        address (a cut name would make `gpu` and `gpu2` of `dpbench170-` one link)."""
+        name = f"v{self.netns}"
+        if len(name) > 15:
+            name = f"v{PREFIX}{self.address.rsplit('.', 1)[1]}"
+        if len(name) > 15:
+            raise ValueError(f"no interface name within 15 characters for {self.netns}")
+        return name
+
+    @property
     def host_key(self) -> Path:
         return self.directory / "host_ed25519"
 
@@ -81,6 +123,15 @@ def available() -> str | None:
     if probe.returncode != 0:
         return f"`ip netns` does not work here: {probe.stderr.strip()}"
     return None
+
+
+def slot_port(index: int) -> int:
+    """A TCP port on this machine that only this copy's tests use (`index` 0-9): 20000 +
+    10 * SLOT + index, below the ephemeral range (no outgoing connection takes it), for a
+    test that needs a port it knows beforehand and binds on the machine itself."""
+    if not 0 <= index <= 9:
+        raise ValueError(f"slot_port({index}): a copy has ports 0-9")
+    return 20000 + 10 * SLOT + index
 
 
 def _ip(*args: str, check: bool = True) -> None:
@@ -111,6 +162,7 @@ class SSHTestHosts:
     def up(self) -> SSHTestHosts:
         self.down()  # a killed run may have left namespaces, a bridge or sshd processes behind
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        Path(HOST_DSTACK_DIR).mkdir(exist_ok=True)  # where each host mounts its own
         self.directory.mkdir(parents=True, exist_ok=True)
         _keygen(self.client_key)
         (self.directory / "authorized_keys").write_text(
@@ -128,7 +180,7 @@ class SSHTestHosts:
         for host in self.hosts.values():
             if host.name == "inner":
                 continue
-            veth = f"v{host.netns}"[:15]
+            veth = host.veth
             _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
             _ip("link", "set", veth, "master", BRIDGE, "up")
             _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
@@ -215,9 +267,11 @@ class SSHTestHosts:
         host = self.hosts[name]
         self.stop(name)
         config = self._config(host)
+        home_dir = host.directory / "dot-dstack-plan"
+        home_dir.mkdir(exist_ok=True)
         script = (
             f"hostname {host.name}; mount --bind {self.directory / 'empty_bashrc'} /root/.bashrc;"
-            f" exec {SSHD} -D -e -f {config}"
+            f" mount --bind {home_dir} {HOST_DSTACK_DIR} && exec {SSHD} -D -e -f {config}"
         )
         with open(host.directory / "sshd.log", "ab") as log:
             # `ip netns exec` gives a private mount namespace (the bind mount stays local) and
@@ -263,7 +317,7 @@ class SSHTestHosts:
         """Limit the host's link to `mbit` Mbit/s both ways (a token bucket on each end of
         its veth: a slow NIC or a far switch), or lift the limit (None)."""
         host = self.hosts[name]
-        ends = (["-n", host.netns, "eth0"], [f"v{host.netns}"[:15]])
+        ends = (["-n", host.netns, "eth0"], [host.veth])
         for *where, dev in ends:
             if mbit is None:
                 subprocess.run(["tc", *where, "qdisc", "del", "dev", dev, "root"], check=False)
@@ -321,7 +375,7 @@ class SSHTestHosts:
         # a namespace still held (by a socket closing, say) outlives `netns del` with its
         # veth: the next `up` could not add it again
         for host in self.hosts.values():
-            _ip("link", "del", f"v{host.netns}"[:15], check=False)
+            _ip("link", "del", host.veth, check=False)
         _ip("link", "del", BRIDGE, check=False)
         _forward_on_bridge(False)
         _ip("route", "del", "unreachable", INNER_NET, check=False)

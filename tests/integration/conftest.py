@@ -57,6 +57,16 @@ def busybox_image(docker_client: Any) -> str:
     return ensure_busybox_image(docker_client)
 
 
+@pytest.fixture(scope="session")
+def agent_bundle(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The agent bundle (`AgentBundle`) of today's sources, built once for the session (2 s
+    of CPU): the modules that install it on the hosts or run it share it, read only. A build
+    is reproducible (the same sources, the same bytes): a module's own would be this one."""
+    from dstack_plan.providers.ssh.bundle import build_bundle
+
+    return build_bundle(tmp_path_factory.mktemp("agent-bundle") / "agent.pyz")
+
+
 @pytest.fixture
 def fake_gpu_bin(tmp_path: Path) -> Path:
     """A directory with a fake `nvidia-smi` reporting two GPUs, to put first on PATH."""

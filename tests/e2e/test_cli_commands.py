@@ -142,8 +142,10 @@ def test_show_completion_prints_the_script_for_the_shell(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     script = console_script()
+    # the shell is told by the parent process: `; exit $?` keeps bash from exec'ing the script
+    # (it would then see whatever started the tests, `sh` under make)
     done = subprocess.run(
-        ["bash", "-c", f"{script} --show-completion"],
+        ["bash", "-c", f"{script} --show-completion; exit $?"],
         env=cli_env,
         capture_output=True,
         text=True,

@@ -32,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -95,46 +94,8 @@ def agent_refused() -> float:
     return asyncio.run(attempt())
 
 
-APPLY_SCRIPT = textwrap.dedent(
-    """
-    import asyncio, sys
-    from dstack_plan.apply.engine import apply_plan
-    from dstack_plan.apply.handlers import ApplyContext, Outcome, ResourceHandler
-    from dstack_plan.apply.interrupt import Interrupt
-    from dstack_plan.plan.model import Action, Plan, ResourceChange
-    from dstack_plan.state import LocalBackend
-
-    class Hangs(ResourceHandler):
-        async def create(self, change, ctx):
-            print("started", change.address, flush=True)
-            await asyncio.Event().wait()
-
-        async def update(self, change, current, ctx):
-            raise NotImplementedError
-
-        async def delete(self, current, ctx):
-            return None
-
-    def change(name):
-        return ResourceChange(
-            address=f"task.{name}", kind="task", name=name, provider="local",
-            action=Action.CREATE, after={"name": name},
-        )
-
-    async def main():
-        plan = Plan(lineage="", serial=0, changes=tuple(change(n) for n in "abcd"))
-        interrupt = Interrupt()
-        def events(address, phase, message):
-            print("event", phase, flush=True)
-        with interrupt.signal_handlers():
-            await apply_plan(
-                plan, LocalBackend(sys.argv[1]), {"task": Hangs()}, ApplyContext(),
-                parallelism=2, interrupt=interrupt, on_event=events,
-            )
-
-    asyncio.run(main())
-    """
-)
+APPLY_SCRIPT = ROOT / "tests" / "infra" / "apply_until_released.py"
+"""Creates that wait for a release file this benchmark never makes."""
 
 
 def _read_until(proc: subprocess.Popen[str], wanted: Callable[[str], bool]) -> None:
@@ -147,10 +108,9 @@ def _read_until(proc: subprocess.Popen[str], wanted: Callable[[str], bool]) -> N
 
 def apply_ctrl_c_twice() -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "apply.py"
-        script.write_text(APPLY_SCRIPT)
         proc = subprocess.Popen(
-            [sys.executable, str(script), str(Path(tmp) / "state.json")],
+            [sys.executable, str(APPLY_SCRIPT)]
+            + [str(Path(tmp) / name) for name in ("state.json", "report.json", "never")],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

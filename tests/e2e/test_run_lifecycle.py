@@ -123,11 +123,10 @@ def test_logs_follow_until_the_run_ends(dstack: Dstack, tmp_path: Path) -> None:
         task("slow", "echo first", "sleep 1.5", "echo second", "sleep 1.5", "echo third")
     )
     assert dstack("apply", "-y").returncode == 0
-    started = time.monotonic()
     followed = dstack("logs", "-f", "slow", timeout=60)
     assert followed.returncode == 0, followed.stderr
+    # "third" is printed 3 s after the run starts: only a follow that waited for the end has it
     assert followed.stdout.split() == ["first", "second", "third"]
-    assert time.monotonic() - started >= 1.0  # it waited for the run instead of returning early
 
 
 def test_target_and_replace_on_apply_and_destroy(dstack: Dstack, tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ import queue
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -33,62 +32,13 @@ INTERRUPT_RECEIVED = (
     "nothing new; press Ctrl-C again to abort"
 )
 
-SCRIPT = textwrap.dedent(
-    """
-    import asyncio, os, sys
-    from dstack_plan.apply.engine import apply_plan
-    from dstack_plan.apply.handlers import ApplyContext, Outcome, ResourceHandler
-    from dstack_plan.apply.interrupt import Interrupt
-    from dstack_plan.plan.model import Action, Plan, ResourceChange
-    from dstack_plan.state import LocalBackend
-
-    state_path, report_path, release = sys.argv[1], sys.argv[2], sys.argv[3]
-
-    class Sleepy(ResourceHandler):
-        async def create(self, change, ctx):
-            print("started", change.address, flush=True)
-            while not os.path.exists(release):
-                await asyncio.sleep(0.01)
-            return Outcome(status="running", attributes={"released": True})
-
-        async def update(self, change, current, ctx):
-            raise NotImplementedError
-
-        async def delete(self, current, ctx):
-            return None
-
-    def change(name):
-        return ResourceChange(
-            address=f"task.{name}", kind="task", name=name, provider="local",
-            action=Action.CREATE, after={"name": name},
-        )
-
-    async def main():
-        plan = Plan(lineage="", serial=0, changes=tuple(change(n) for n in "abcd"))
-        interrupt = Interrupt()
-        def events(address, phase, message):
-            print("event", phase, address, message, flush=True)
-        with interrupt.signal_handlers():
-            report = await apply_plan(
-                plan, LocalBackend(state_path), {"task": Sleepy()}, ApplyContext(),
-                parallelism=2, interrupt=interrupt, on_event=events,
-            )
-        with open(report_path, "w") as f:
-            f.write(report.model_dump_json())
-        print(report.summary(), flush=True)
-        return 0 if report.ok else 3
-
-    sys.exit(asyncio.run(main()))
-    """
-)
+APPLY_SCRIPT = REPO_ROOT / "tests" / "infra" / "apply_until_released.py"
 
 
 class Child:
     """The apply script as a process, with its stdout read line by line in the background."""
 
     def __init__(self, tmp_path: Path) -> None:
-        script = tmp_path / "apply_script.py"
-        script.write_text(SCRIPT)
         self.state_path = tmp_path / "state.json"
         self.report_path = tmp_path / "report.json"
         self.release_path = tmp_path / "release"
@@ -97,7 +47,7 @@ class Child:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
-                str(script),
+                str(APPLY_SCRIPT),
                 str(self.state_path),
                 str(self.report_path),
                 str(self.release_path),

@@ -4,7 +4,6 @@ print, serialisation round trips, error messages and the published JSON Schema."
 from __future__ import annotations
 
 import json
-import timeit
 from typing import Any
 
 import jsonschema
@@ -581,9 +580,3 @@ def test_any_input_validates_or_raises_validation_error(value: object) -> None:
         ResourcesSpec.model_validate({"gpu": value, "cpu": value})
     except ValidationError:
         pass
-
-
-def test_validation_is_fast() -> None:
-    block = {"cpu": "16..", "memory": "200GB..", "disk": "500GB..", "gpu": "A100:80GB:2"}
-    seconds = timeit.timeit(lambda: ResourcesSpec.model_validate(block), number=10_000)
-    assert seconds < 1.0, f"10,000 validations took {seconds:.2f}s"

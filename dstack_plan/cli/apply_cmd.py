@@ -12,7 +12,7 @@ from dstack_plan.cli.plan_cmd import LabelOpt, labels_of
 from dstack_plan.cli.policy_view import PolicyOpt
 
 if TYPE_CHECKING:
-    from dstack_plan.cli.output import Line
+    from dstack_plan.plan.lines import Line
     from dstack_plan.plan.model import Plan
     from dstack_plan.plan.policy_report import PolicyReport
 
@@ -256,7 +256,8 @@ def started_runs(plan) -> list[str]:  # noqa: ANN001 - Plan, imported lazily
 
 
 async def _confirm(destroy: bool) -> bool:
-    from dstack_plan.cli.output import print_lines, styled
+    from dstack_plan.cli.output import print_lines
+    from dstack_plan.plan.lines import styled
 
     if destroy:
         print_lines(
@@ -293,7 +294,8 @@ def print_progress(address: str, message: str) -> None:
 
 
 def _print_event(address: str, phase: str, message: str) -> None:
-    from dstack_plan.cli.output import print_lines, styled
+    from dstack_plan.cli.output import print_lines
+    from dstack_plan.plan.lines import styled
 
     color = {"failed": "red", "skipped": "yellow", "interrupt": "yellow", "abort": "red"}
     text = f"{address}: {message}" if address else message
@@ -302,7 +304,7 @@ def _print_event(address: str, phase: str, message: str) -> None:
 
 
 def _report_lines(report) -> list[Line]:  # noqa: ANN001 - ApplyReport, imported lazily
-    from dstack_plan.cli.output import styled
+    from dstack_plan.plan.lines import styled
 
     lines: list[Line] = []
     for label, results in (

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dstack_plan.cli.output import Line
     from dstack_plan.errors import DstackPlanError
     from dstack_plan.inspect.dev_ssh import DevAccess
     from dstack_plan.inspect.ports import PortOverride, RunPorts
+    from dstack_plan.plan.lines import Line
     from dstack_plan.project import Project
     from dstack_plan.state.model import ResourceState
 
@@ -38,11 +38,12 @@ async def attach_runs(
     `explain` also says so when a run has no port to forward.
     """
     from dstack_plan.apply.interrupt import Interrupt
-    from dstack_plan.cli.output import print_lines, styled
+    from dstack_plan.cli.output import print_lines
     from dstack_plan.inspect.activity import keep_touching
     from dstack_plan.inspect.dev_ssh import attach_dev_environments
     from dstack_plan.inspect.ports import forward_ports
     from dstack_plan.inspect.stream import attached_runs, stream_runs
+    from dstack_plan.plan.lines import styled
 
     runs = attached_runs(project, addresses)
     if not runs:
@@ -83,8 +84,8 @@ async def attach_runs(
 def ssh_lines(accesses: Sequence[DevAccess | DstackPlanError]) -> list[Line]:
     """`SSH: ssh dev` and `Open in VS Code: vscode://...` per dev environment, or why its
     SSH entry could not be written."""
-    from dstack_plan.cli.output import styled
     from dstack_plan.errors import DstackPlanError
+    from dstack_plan.plan.lines import styled
 
     lines: list[Line] = []
     for access in accesses:
@@ -100,7 +101,7 @@ def ssh_lines(accesses: Sequence[DevAccess | DstackPlanError]) -> list[Line]:
 def port_lines(opened: RunPorts, runs: list[ResourceState], explain: bool) -> list[Line]:
     """`Forwarding: http://127.0.0.1:8000 -> web-0-0-... host:8000` per port (`Listening:`
     for a job on this machine, reached without a forward), then what could not be opened."""
-    from dstack_plan.cli.output import styled
+    from dstack_plan.plan.lines import styled
 
     lines: list[Line] = []
     for port in opened.ports:

@@ -143,7 +143,8 @@ def _say_if_agent_started(project: Project) -> None:
     started = project.local.started
     if started is None:
         return
-    from dstack_plan.cli.output import print_lines, styled
+    from dstack_plan.cli.output import print_lines
+    from dstack_plan.plan.lines import styled
 
     note = (
         f"Started the local agent (pid {started.pid}, data in {started.data_dir}); it keeps "

@@ -80,9 +80,10 @@ def add_host(
     the new host as an in-place update of the fleet.
     """
     from dstack_plan.cli.common import require_directory
-    from dstack_plan.cli.output import print_lines, styled
+    from dstack_plan.cli.output import print_lines
     from dstack_plan.config.add_host import add_host as add
     from dstack_plan.plan.diff import diff_specs
+    from dstack_plan.plan.lines import styled
 
     require_directory(directory)
     added = add(directory, files, fleet, url, identity_file)

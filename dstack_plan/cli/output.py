@@ -1,5 +1,5 @@
-"""Printing to the terminal: consoles, errors, JSON, styled lines (`Line`, `Part` and `styled`
-live in `dstack_plan.plan.lines`, beside the plan rendering that makes most of them)."""
+"""Printing to the terminal: consoles, errors, JSON, and the styled lines of
+`dstack_plan.plan.lines` (`Line`, `Part`, `styled`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from typing import Any
 
 from dstack_plan.errors import ConfigError, DstackPlanError, shown
 from dstack_plan.plan.lines import Line
-from dstack_plan.plan.lines import Part as Part
-from dstack_plan.plan.lines import styled as styled
 
 
 def _no_color() -> bool:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from dstack_plan.cli.output import Line
+    from dstack_plan.plan.lines import Line
     from dstack_plan.plan.model import Plan
     from dstack_plan.plan.policy_report import PolicyReport
 
@@ -32,7 +32,7 @@ def check_policies(plan: Plan, project_dir: Path, files: list[str]) -> PolicyRep
 
 def policy_lines(report: PolicyReport) -> list[Line]:
     """`Policy: 3 rules checked, 1 denied, 1 warning.` and a line per failed rule."""
-    from dstack_plan.cli.output import styled
+    from dstack_plan.plan.lines import styled
 
     denied, warned = report.failed("deny"), report.failed("warn")
     lines: list[Line] = []

@@ -6,7 +6,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from dstack_plan.config.base import DEFERRED, Described, ResourceSpec, Strict
+from dstack_plan.config.base import DEFERRED, ResourceSpec, Strict
+from dstack_plan.config.described import Described
 
 
 class LetsEncrypt(Strict):

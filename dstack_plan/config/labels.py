@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, WithJsonSchema
 
-from dstack_plan.config.base import Described
+from dstack_plan.config.described import Described
 
 GPU_MODEL = "gpu.model"
 """The label every host has when it has GPUs: their normalised model (`A100`, `RTX4090`)."""

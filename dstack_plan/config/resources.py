@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from dstack_plan.config.base import Described, ItemError, drop_nulls, is_stored, null_in_schema
+from dstack_plan.config.base import ItemError, drop_nulls, is_stored, null_in_schema
+from dstack_plan.config.described import Described
 from dstack_plan.config.gpu import GPUSpec
 from dstack_plan.config.ranges import CountRange, MemoryRange
 from dstack_plan.config.spec_text import (

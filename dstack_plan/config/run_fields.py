@@ -16,7 +16,8 @@ from pydantic import (
     model_validator,
 )
 
-from dstack_plan.config.base import Described, Shorthand, Strict, is_stored
+from dstack_plan.config.base import Shorthand, Strict, is_stored
+from dstack_plan.config.described import Described
 
 _PORT_RE = re.compile(r"^(?:(\*|\d+):)?(\d+)$")
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.scheduler.occupancy import WHOLE
+from dstack_plan.config.gpu_share import WHOLE
 from dstack_plan.scheduler.placement import HostJob
 
 

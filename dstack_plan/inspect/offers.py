@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dstack_plan.config.gpu_share import WHOLE
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.fleets.host_load import BusyJob, busy_jobs
@@ -36,7 +37,7 @@ from dstack_plan.providers.matching import (
 )
 from dstack_plan.providers.names import CLOUDS, HOST_FLEET_PROVIDERS
 from dstack_plan.providers.registry import GROUP, provider_class
-from dstack_plan.scheduler.occupancy import WHOLE, gpu_free, take
+from dstack_plan.scheduler.occupancy import gpu_free, take
 from dstack_plan.state.model import State
 
 if TYPE_CHECKING:

@@ -1,6 +1,5 @@
 """Policy files and their rules. The outcome of checking a plan against them (`PolicyReport`,
-`RuleResult`) lives in `dstack_plan.plan.policy_report`, beside the plan that records it; it is
-re-exported here."""
+`RuleResult`) lives in `dstack_plan.plan.policy_report`, beside the plan that records it."""
 
 from __future__ import annotations
 
@@ -9,19 +8,7 @@ from typing import Any, NamedTuple
 from pydantic import Field
 
 from dstack_plan.config.base import Strict
-from dstack_plan.plan.policy_report import Outcome, PolicyReport, RuleResult, Severity
-
-__all__ = [
-    "LoadedRule",
-    "Outcome",
-    "PolicyFile",
-    "PolicyReport",
-    "Rule",
-    "RuleResult",
-    "Severity",
-    "Where",
-    "policy_file_schema",
-]
+from dstack_plan.plan.policy_report import Severity
 
 
 class Rule(Strict):

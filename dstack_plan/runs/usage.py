@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from dstack_plan.config.gpu import GPUSpec
+from dstack_plan.config.gpu_share import WHOLE
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.runs import RunSpec, ServiceSpec
 from dstack_plan.plan.kinds import FINISHED_STATUSES
@@ -21,7 +22,6 @@ from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.matching import gpu_share_wanted, gpus_wanted
 from dstack_plan.runs.jobs import job_demands, slots
 from dstack_plan.runs.records import RunRecord
-from dstack_plan.scheduler.occupancy import WHOLE
 from dstack_plan.scheduler.quotas import Usage, UsageKey
 from dstack_plan.state.model import ResourceState, State
 

@@ -16,8 +16,6 @@ from typing import Protocol
 
 from dstack_plan.config.gpu_share import WHOLE
 
-__all__ = ["WHOLE", "Holder", "gpu_free", "percent", "take"]
-
 
 class Holder(Protocol):
     """What holds GPUs: a job running on the host, or one being placed there."""

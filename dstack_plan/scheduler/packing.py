@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from dstack_plan.scheduler.occupancy import WHOLE
+from dstack_plan.config.gpu_share import WHOLE
 
 
 class Shape(NamedTuple):

@@ -7,7 +7,8 @@ import io
 
 import pytest
 
-from dstack_plan.cli.output import Line, print_lines, styled
+from dstack_plan.cli.output import print_lines
+from dstack_plan.plan.lines import Line, styled
 
 LINES: list[Line] = [
     (styled("+", "green"), " create"),

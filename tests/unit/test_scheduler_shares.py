@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dstack_plan.agent.api_models import JobInfo
+from dstack_plan.config.gpu_share import WHOLE
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.fleets.host_load import busy_jobs
 from dstack_plan.providers.base import GPU, MachineResources
-from dstack_plan.scheduler.occupancy import WHOLE, gpu_free, percent, take
+from dstack_plan.scheduler.occupancy import gpu_free, percent, take
 from dstack_plan.scheduler.placement import Candidate, HostJob, JobDemand, held_by, place
 
 L4 = GPU(vendor="nvidia", name="NVIDIA L4", memory_mib=23034)

@@ -137,7 +137,7 @@ def test_a_right_query_token_sets_the_cookie_and_leaves_the_url() -> None:
 
 
 def test_plan_lines_keep_the_clis_text_with_styles_as_classes() -> None:
-    from dstack_plan.cli.output import styled
+    from dstack_plan.plan.lines import styled
     from dstack_plan.web.pages import _level, _parts
 
     assert _parts("plain") == [("plain", "")]

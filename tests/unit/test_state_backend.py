@@ -32,6 +32,7 @@ from dstack_plan.state import (
     prepare_write,
 )
 from dstack_plan.state.lock import lock_held_error
+from tests.infra.recording_clock import RecordingClock
 
 NOW = datetime(2025, 1, 2, tzinfo=timezone.utc)
 
@@ -174,16 +175,6 @@ class TestCommit:
         with pytest.raises(StateError, match=r'resources\["task.t"\].spec.env.TOKEN contains'):
             commit(backend, add("task.t", env={"TOKEN": "hunter2-token"}))
         assert backend.writes == 0
-
-
-class RecordingClock(FakeClock):
-    def __init__(self) -> None:
-        super().__init__()
-        self.sleeps: list[float] = []
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        await super().sleep(seconds)
 
 
 def held(holder: LockInfo | None = None) -> LockError:

@@ -113,7 +113,9 @@ def script(agent_dir: str) -> str:
 # Other agents serving this node from another data dir (another login user's home, another
 # DSTACK_PLAN_SSH_AGENT_DIR): one `grep` over every process's command line, then a look at
 # each match. A process in another network namespace is another host (containers; the test
-# hosts share one machine); one whose namespace cannot be read (another user's) is not.
+# hosts share one machine); one whose namespace cannot be read (another user's) is not. One
+# that exited while it was looked at (its namespace gone, its command line empty: it is gone or
+# a zombie nobody reaped yet) serves nothing: a teardown elsewhere must not fail this enrolment.
 _OTHERS_CHECK = (
     "me=$(readlink /proc/self/ns/net 2>/dev/null); "
     'for c in $(grep -lsa -e "agent.pyz" /proc/[0-9]*/cmdline); do '
@@ -122,6 +124,7 @@ _OTHERS_CHECK = (
     'case "$a" in *" --data-dir $d/data"*) continue ;; esac; '
     'ns=$(readlink "/proc/$p/ns/net" 2>/dev/null); '
     'if [ -n "$ns" ] && [ -n "$me" ] && [ "$ns" != "$me" ]; then continue; fi; '
+    'if [ -z "$ns" ] && ! grep -qsa -e "agent.pyz" "$c"; then continue; fi; '
     'echo "other=$p $(stat -c %U "/proc/$p" 2>/dev/null || echo ?) $a"; done'
 )
 

@@ -45,6 +45,7 @@ from dstack_plan.runs.dev_ssh import DevSSHRunHandler
 from dstack_plan.runs.plan_placement import RunPlacement, fleet_of
 from dstack_plan.runs.quota_gate import check_plan
 from dstack_plan.runs.volume_attach import VolumeAttacher
+from dstack_plan.sharing.imports import Imports, is_imported
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
 from dstack_plan.state.lock import hold_lock
@@ -119,7 +120,9 @@ class Project:
         )
         self.secrets = SecretStore(self.directory, on_resolve=self.guard.register)
         self.local = _local_provider(agent_dir)
-        self.machines = FleetMachines(self.local, self.ssh_provider)
+        self.machines = FleetMachines(
+            self.local, self.ssh_provider, imports=Imports(self.directory, self.name)
+        )
         """Every fleet's machines and agents, for runs; one SSH connection per host."""
         self.deployment = Deployment(self.backend)  # keyed by lineage, read when needed
         self._progress = progress or (lambda address, message: None)
@@ -598,8 +601,10 @@ def _provider_of(resource: Resource, fleets: dict[str, Resource]) -> str:
     spec = resource.spec
     if not isinstance(spec, RunSpec):
         return spec.provider  # a fleet, volume or gateway says where it lives
-    named = spec.fleet_names()
+    named = spec.placement_fleets()
     fleet_name = named[0] if named else (next(iter(fleets)) if fleets else LOCAL_FLEET)
+    if is_imported(fleet_name):
+        return "ssh"  # another project's fleet: reached over SSH, as its owner's hosts
     if fleet_name == LOCAL_FLEET or fleet_name not in fleets:
         return LOCAL_PROVIDER
     return _provider_of(fleets[fleet_name], fleets)

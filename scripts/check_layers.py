@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runs", "fleets", "volumes", "gateways"),
     ("apply",),
     ("plan", "graph", "scheduler", "proxy"),
-    ("providers",),
+    ("providers", "sharing"),
     ("state", "config", "agent"),
     ("errors", "clock"),
 )

@@ -86,6 +86,7 @@ _GROUPS: dict[str, str] = {
     "state": "state_cmd",
     "fleet": "fleet_cmd",
     "namespace": "namespace_cmd",
+    "export": "export_cmd",
     "catalog": "catalog_cmd",
 }
 # the global options (see `_global`), split by whether they take a value

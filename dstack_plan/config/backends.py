@@ -27,10 +27,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dstack_plan.config.atomic import write_private_atomic
 from dstack_plan.config.base import FieldConflict, ItemError, Strict
-from dstack_plan.config.settings_file import read_mapping
+from dstack_plan.config.settings_file import read_mapping, read_settings_text
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
-from dstack_plan.errors import ConfigError
 
 if TYPE_CHECKING:
     from dstack_plan.config.locate import Target
@@ -191,13 +190,8 @@ def backends_path(project_dir: str | Path) -> Path:
 def load_backends(project_dir: str | Path) -> BackendsFile:
     """The project's backends: empty when it has no backends file; ConfigError locating every
     problem (FILE:LINE:COL) when the file is invalid."""
-    try:
-        text = backends_path(project_dir).read_text(encoding="utf-8", errors="surrogateescape")
-    except FileNotFoundError:
-        return BackendsFile(backends=[])
-    except OSError as e:
-        raise ConfigError.at(BACKENDS_FILE, 1, 1, f"cannot read file: {e.strerror or e}") from None
-    return parse_backends(text)
+    text = read_settings_text(project_dir, BACKENDS_FILE)
+    return BackendsFile(backends=[]) if text is None else parse_backends(text)
 
 
 def parse_backends(text: str, display: str = BACKENDS_FILE) -> BackendsFile:

@@ -231,8 +231,14 @@ class ProfileParams(PlacementParams):
     def fleet_names(self) -> tuple[str, ...] | None:
         """Names of this project's fleets the run is restricted to, or None for "any" (also
         `fleets: []`, which restricts to nothing a run could use). Fleets of other projects
-        are left out: the plan refuses them (plan/limits.py)."""
+        are left out: `placement_fleets` has them."""
         if not self.fleets:
             return None
         parts = (reference_parts(f) for f in self.fleets)
         return tuple(name for project, name in parts if project is None)
+
+    def placement_fleets(self) -> tuple[str, ...]:
+        """Every fleet the run names, in order: this project's by name, another project's
+        as `project/name` (an imported fleet: `sharing/imports.py` resolves it)."""
+        parts = (reference_parts(f) for f in self.fleets or ())
+        return tuple(name if project is None else f"{project}/{name}" for project, name in parts)

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from dstack_plan.config.base import ResourceName, Strict
-from dstack_plan.config.settings_file import read_mapping
+from dstack_plan.config.settings_file import read_mapping, read_settings_text
 from dstack_plan.config.validation_errors import PendingIssue
 from dstack_plan.errors import ConfigError, DstackPlanError
 
@@ -102,14 +102,8 @@ def quotas_path(project_dir: str | Path) -> Path:
 def load_quotas(project_dir: str | Path) -> Quotas:
     """The project's quotas: `Quotas()` when it has no quota file; ConfigError locating every
     problem (FILE:LINE:COL) when the file is invalid."""
-    path = quotas_path(project_dir)
-    try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    except FileNotFoundError:
-        return Quotas()
-    except OSError as e:
-        raise ConfigError.at(QUOTAS_FILE, 1, 1, f"cannot read file: {e.strerror or e}") from None
-    return parse_quotas(text)
+    text = read_settings_text(project_dir, QUOTAS_FILE)
+    return Quotas() if text is None else parse_quotas(text)
 
 
 def parse_quotas(text: str, display: str = QUOTAS_FILE) -> Quotas:

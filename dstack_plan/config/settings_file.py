@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
@@ -112,3 +113,14 @@ def read_mapping(text: str, display: str, key: str, *, required: bool) -> Settin
         issues.append(ConfigIssue(display, 1, 1, f"expected a mapping with a {key!r} key"))
         raise ConfigError(issues)
     return SettingsDocument(text, display, node, data, issues)
+
+
+def read_settings_text(project_dir: str | Path, relative: str) -> str | None:
+    """The text of the project's settings file `relative` (`.dstack/quotas.yml`...); None
+    when there is none; ConfigError at `relative`:1:1 when it cannot be read."""
+    try:
+        return (Path(project_dir) / relative).read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConfigError.at(relative, 1, 1, f"cannot read file: {e.strerror or e}") from None

@@ -63,7 +63,7 @@ async def fleet_load(
     busy: dict[str, list[BusyJob]] = {}
     answering: dict[str, Machine] = {}
     labels: dict[str, Labels] = {}
-    entry = state.get(f"fleet.{fleet}") if fleet != LOCAL_FLEET else None
+    entry = machines.recorded(fleet, state) if fleet != LOCAL_FLEET else None
     given = _given_labels(entry)
     measured = FleetRecord.of(entry).bandwidth if entry is not None else None
     bandwidth = measured.matrix() if measured is not None else {}

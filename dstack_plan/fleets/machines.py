@@ -31,6 +31,7 @@ from dstack_plan.providers.local import LOCAL_PROVIDER
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.providers.ssh.forward import Forward
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
+from dstack_plan.sharing.imports import Imports, is_imported
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
@@ -70,12 +71,19 @@ class FleetMachines:
     """Finds a fleet's machines and their agents, from the state that records the fleet."""
 
     def __init__(
-        self, implicit: Provider, ssh_provider: SSHProviderFactory, *, start_agents: bool = True
+        self,
+        implicit: Provider,
+        ssh_provider: SSHProviderFactory,
+        *,
+        start_agents: bool = True,
+        imports: Imports | None = None,
     ):
         self.implicit = implicit
         """The provider of the fleets no resource creates (`local`: this machine)."""
         self._make_ssh = ssh_provider
         self._start_agents = start_agents
+        self.imports = imports
+        """Other projects' fleets (`owner/name`), found in their states; None: none."""
         self._ssh: dict[str, tuple[str, SSHProvider]] = {}
         """fleet name -> (its recorded ssh_config and pins as JSON, the provider built from
         them)."""
@@ -91,8 +99,16 @@ class FleetMachines:
     @start_agents.setter
     def start_agents(self, value: bool) -> None:
         self._start_agents = value
-        for provider in [*(p for _, p in self._ssh.values()), *self._retired]:
+        for fleet, (_, provider) in self._ssh.items():
+            provider.start_agents = value and not is_imported(fleet)
+        for provider in self._retired:
             provider.start_agents = value
+
+    def check_placeable(self, fleet: str) -> None:
+        """Raise NotImported when `fleet` is another project's that no export shares with
+        this project now: new jobs may not go there (what runs there is left alone)."""
+        if is_imported(fleet):
+            self._imports().fleet(fleet, placing=True)
 
     async def machines(self, fleet: str, state: State) -> list[Machine]:
         """The machines of `fleet`: the local one refreshed now (host facts, a fraction of a
@@ -200,8 +216,23 @@ class FleetMachines:
             for i in found
         ]
 
+    def recorded(self, fleet: str, state: State) -> ResourceState | None:
+        """The state entry of SSH or cloud fleet `fleet` (another project's as this project
+        reaches it); None when there is none."""
+        if is_imported(fleet):
+            return self._imports().fleet(fleet, placing=False)
+        return state.get(f"fleet.{fleet}")
+
+    def _imports(self) -> Imports:
+        if self.imports is None:
+            raise ProviderError("fleet", "this command does not use other projects' fleets")
+        return self.imports
+
     def _entry(self, fleet: str, state: State) -> ResourceState:
-        entry = state.get(f"fleet.{fleet}")
+        if is_imported(fleet):
+            entry: ResourceState | None = self._imports().fleet(fleet, placing=False)
+        else:
+            entry = state.get(f"fleet.{fleet}")
         if entry is None:
             raise ProviderError("fleet", f"fleet {fleet!r} is not in state: apply it first")
         if entry.provider not in HOST_FLEET_PROVIDERS:
@@ -229,7 +260,8 @@ class FleetMachines:
         if cached is not None:
             self._retired.append(cached[1])  # its connections are closed with the others
         provider = self._make_ssh(fleet, config, MemoryHostKeyStore(pins))
-        provider.start_agents = self._start_agents
+        # only the owner's apply puts agents on its hosts: an importer talks to those that run
+        provider.start_agents = self._start_agents and not is_imported(fleet)
         self._ssh[fleet] = (key, provider)
         return provider
 

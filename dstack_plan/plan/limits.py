@@ -10,8 +10,8 @@ refuse it, each problem located at the offending key as a load error would be:
 - runs: an `image` and a `user` the agent accepts (a reference without shell or control
   characters; user[:group]);
 - gateways: at most 3 `replicas`, and more than one only without a Let's Encrypt certificate;
-- references to another project's fleet or gateway (a project here is one directory: there
-  is no other project to look in);
+- references to another project's gateway, or to its fleet in an instance selector (a run's
+  `fleets: [team/gpu]` resolves at plan time: `sharing/imports.py`);
 - `${{ groups[i].nodes[j].IP_ADDRESS }}` (tasks) and `groups[i].replicas[j]` (services): in
   commands only, the member the run's kind has, within the group sizes.
 """
@@ -155,17 +155,16 @@ def _job_fields(spec: RunSpec) -> Iterator[Found]:
 
 
 def _other_projects(spec: RunSpec) -> Iterator[Found]:
-    why = "references to other projects are not supported (a project here is one directory)"
-    for index, fleet in enumerate(spec.fleets or ()):
-        project, name = reference_parts(fleet)
-        if project is not None:
-            yield ("fleets", index), f"fleet {name!r} of project {project!r}: {why}"
+    # another project's fleet (`fleets: [team/gpu]`) resolves when the plan places the run
+    # (`sharing/imports.py`); an instance selector of one has nothing to select from yet
+    why = "references to other projects are not supported here yet"
     for index, selector in enumerate(spec.instances or ()):
         if isinstance(selector, InstanceRef) and selector.fleet is not None:
             project, name = reference_parts(selector.fleet)
             if project is not None:
                 path = ("instances", index, "fleet")
-                yield path, f"fleet {name!r} of project {project!r}: {why}"
+                use = f"use fleets: [{project}/{name}]"
+                yield path, f"fleet {name!r} of project {project!r}: {why} ({use})"
     gateway = getattr(spec, "gateway", None)
     if isinstance(gateway, str | FleetRef):
         project, name = reference_parts(gateway)

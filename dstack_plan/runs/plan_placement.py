@@ -28,6 +28,7 @@ from dstack_plan.plan.planner import DesiredItem
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.runs.placing import FleetPlacements, HostRun, place_on_fleet
+from dstack_plan.sharing.imports import is_imported
 from dstack_plan.state.model import State
 
 if TYPE_CHECKING:
@@ -181,6 +182,7 @@ class RunPlacement:
         self, desired: Desired, fleet: str, runs: list[HostRun], state: State
     ) -> FleetPlacements:
         deployment = self._deployment
+        self.machines.check_placeable(fleet)
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
             volumes = self._volume_sites(desired, state)
@@ -206,7 +208,7 @@ def fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:
     """The fleet a run goes to: the first it names, else the first declared, else `local`."""
     spec = resource.spec
     assert isinstance(spec, RunSpec)
-    named = spec.fleet_names()
+    named = spec.placement_fleets()
     if named:
         return named[0]
     return next(iter(fleets), LOCAL_FLEET)
@@ -214,8 +216,9 @@ def fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:
 
 def placeable(fleet: str, provider: str, items: Mapping[str, DesiredItem], state: State) -> bool:
     """Whether the plan can place runs on `fleet`: the local fleet, or an SSH fleet that
-    state records as this plan leaves it (one it creates or changes is known after apply)."""
-    if fleet == LOCAL_FLEET:
+    state records as this plan leaves it (one it creates or changes is known after apply),
+    or another project's fleet (its owner's apply changes it, not this plan)."""
+    if fleet == LOCAL_FLEET or is_imported(fleet):
         return True
     address = f"fleet.{fleet}"
     current, item = state.get(address), items.get(address)

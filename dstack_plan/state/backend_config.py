@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from dstack_plan.config.atomic import write_private_atomic
 from dstack_plan.config.base import Strict
-from dstack_plan.config.settings_file import read_mapping
+from dstack_plan.config.settings_file import read_mapping, read_settings_text
 from dstack_plan.config.validation_errors import PendingIssue
 from dstack_plan.errors import ConfigError
 
@@ -62,13 +62,8 @@ def backend_file(project_dir: str | Path) -> Path:
 
 def load_backend_config(project_dir: str | Path) -> BackendConfig | None:
     """The project's backend settings; None when it has no `.dstack/backend.yml`."""
-    try:
-        text = backend_file(project_dir).read_text(encoding="utf-8", errors="surrogateescape")
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise ConfigError.at(BACKEND_FILE, 1, 1, f"cannot read file: {e.strerror or e}") from None
-    return parse_backend_config(text)
+    text = read_settings_text(project_dir, BACKEND_FILE)
+    return None if text is None else parse_backend_config(text)
 
 
 def parse_backend_config(text: str, display: str = BACKEND_FILE) -> BackendConfig:

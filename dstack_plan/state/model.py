@@ -28,6 +28,7 @@ from pydantic import (
 from dstack_plan.clock import Clock
 from dstack_plan.state.canonical import canonical_json
 from dstack_plan.state.canonical import spec_hash as compute_spec_hash
+from dstack_plan.state.exports import Export
 
 FORMAT_VERSION = 1
 """The newest state format this code reads and the one it writes."""
@@ -194,6 +195,9 @@ class State(BaseModel):
     serial: int = Field(default=0, ge=0)
     resources: dict[str, ResourceState] = Field(default_factory=dict)
     """By address; `_check_keys` holds each key to its resource's own (validated) address."""
+    exports: dict[str, Export] = Field(default_factory=dict, exclude_if=lambda value: not value)
+    """What this project shares with other projects, by export name (`state/exports.py`);
+    left out of the file while there are none, so older states read and write the same."""
 
     @field_validator("format_version")
     @classmethod
@@ -252,8 +256,9 @@ class State(BaseModel):
         return self.model_copy(update={"resources": resources})
 
     def same_content(self, other: State) -> bool:
-        """True when both states hold the same resources (lineage and serial aside)."""
-        return self.resources == other.resources
+        """True when both states hold the same resources and exports (lineage and serial
+        aside)."""
+        return self.resources == other.resources and self.exports == other.exports
 
     def to_json(self) -> str:
         """The canonical file form: sorted keys, 2-space indent, trailing newline."""

@@ -40,8 +40,15 @@ class Renderer:
             parts.append(known[1])
         self._entries = kept  # only the last state's: memory stays one state's worth
         resources = "{\n" + ",\n".join(parts) + "\n  }" if parts else "{}"
+        exports = ""
+        if state.exports:  # few and small: rendered whole each time
+            dumped = {name: e.model_dump(mode="json") for name, e in state.exports.items()}
+            exports = (
+                f'  "exports": {canonical_json(dumped)[:-1].replace(chr(10), chr(10) + "  ")},\n'
+            )
         return (
             "{\n"
+            f"{exports}"
             f'  "format_version": {state.format_version},\n'
             f'  "lineage": {canonical_json(state.lineage)[:-1]},\n'
             f'  "resources": {resources},\n'

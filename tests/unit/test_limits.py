@@ -126,17 +126,21 @@ def test_validate_json_reports_limits(
     assert (error["line"], error["column"]) == (1, 1) and "needs 'nodes'" in error["message"]
 
 
-def test_references_to_other_projects_are_refused_at_plan(tmp_path: Path) -> None:
+def test_other_projects_fleets_resolve_at_plan_and_their_gateways_are_refused(
+    tmp_path: Path,
+) -> None:
+    """`fleets: [team/gpu]` passes the load-time checks (the plan resolves it against
+    `.dstack/projects.yml`); another project's gateway, and its fleet in an instance
+    selector, are refused where they are written."""
     directory = project(
         tmp_path,
         "type: service\nname: sv\ncommands: [x]\nport: 80\ngateway: {project: team, name: gw}\n"
         "fleets: [team/gpu]\ninstances:\n  - fleet: {project: team, name: gpu}\n    instance: 0\n",
     )
-    why = "references to other projects are not supported (a project here is one directory)"
+    why = "references to other projects are not supported here yet"
     assert plan_errors(directory) == [
         f"c.dstack.yml:5:1: error: gateway 'gw' of project 'team': {why}",
-        f"c.dstack.yml:6:10: error: fleet 'gpu' of project 'team': {why}",
-        f"c.dstack.yml:8:5: error: fleet 'gpu' of project 'team': {why}",
+        f"c.dstack.yml:8:5: error: fleet 'gpu' of project 'team': {why} (use fleets: [team/gpu])",
     ]
 
 

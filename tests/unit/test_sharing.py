@@ -1,0 +1,139 @@
+"""Exports kept in the owner's state, `.dstack/projects.yml`, and how an importer sees the
+owner's fleet (its own SSH identity, the owner's pins)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dstack_plan.errors import ConfigError, DstackPlanError
+from dstack_plan.sharing.exports import created, deleted, importer_of, updated
+from dstack_plan.sharing.imports import Imports, NotImported, importer_ssh_config
+from dstack_plan.sharing.projects_file import ProjectsFile, SSHIdentity, load_projects
+from dstack_plan.state.codec import parse_state
+from dstack_plan.state.exports import Importer, exported_to
+from dstack_plan.state.local import LocalBackend
+from dstack_plan.state.model import ResourceState, State, timestamp
+from dstack_plan.state.render import Renderer
+from tests.infra.recording_clock import RecordingClock
+
+ML = Importer(project="ml", state="/srv/ml/state.json")
+
+
+def _fleet(name: str, ssh: dict | None = None) -> ResourceState:
+    now = timestamp(RecordingClock())
+    spec = {"type": "fleet", "name": name, "ssh_config": ssh or {"user": "root", "hosts": []}}
+    return ResourceState(
+        kind="fleet", name=name, provider="ssh", spec=spec, status="active",
+        created_at=now, updated_at=now,
+    )  # fmt: skip
+
+
+def _owner() -> State:
+    return State.empty().with_resource(_fleet("gpu")).with_resource(_fleet("cpu"))
+
+
+def test_an_export_survives_the_state_file_and_renders_as_to_json() -> None:
+    state = created(_owner(), "share", ["gpu"], [], [ML])
+    text = Renderer().render(state)
+    assert text.decode() == state.to_json()
+    assert parse_state(text, "state.json") == state
+    assert exported_to(state.exports, "fleet", "gpu", "ml") == "share"
+    assert exported_to(state.exports, "fleet", "cpu", "ml") is None
+    assert exported_to(state.exports, "fleet", "gpu", "other") is None
+    # a state without exports is written as before exports existed
+    assert "exports" not in _owner().to_json()
+
+
+def test_export_edits_refuse_what_the_state_lacks_and_keep_the_state_unchanged() -> None:
+    owner = _owner()
+    with pytest.raises(
+        DstackPlanError, match=r"no fleet 'tpu' in this project's state \(its fleets: cpu, gpu\)"
+    ):
+        created(owner, "share", ["tpu"], [], [ML])
+    with pytest.raises(DstackPlanError, match="name a --fleet or a --gateway"):
+        created(owner, "share", [], [], [ML])
+    with pytest.raises(DstackPlanError, match="name an --importer"):
+        created(owner, "share", ["gpu"], [], [])
+    shared = created(owner, "share", ["gpu"], [], [ML])
+    with pytest.raises(DstackPlanError, match="export 'share' exists"):
+        created(shared, "share", ["cpu"], [], [ML])
+    with pytest.raises(DstackPlanError, match=r"no export 'nope' \(exports: share\)"):
+        deleted(shared, "nope")
+    assert owner.exports == {}
+
+
+def test_updating_an_export_adds_and_removes_fleets_and_importers() -> None:
+    team = Importer(project="team", state="s3://bucket/team.json")
+    state = created(_owner(), "share", ["gpu"], [], [ML])
+    state = updated(state, "share", add_fleets=["cpu"], add_importers=[team])
+    assert exported_to(state.exports, "fleet", "cpu", "team") == "share"
+    state = updated(state, "share", remove_fleets=["gpu"], remove_importers=["ml"])
+    assert state.exports["share"].fleets == ("cpu",)
+    assert [i.project for i in state.exports["share"].importers] == ["team"]
+    assert deleted(state, "share").exports == {}
+
+
+def test_an_importer_is_named_with_its_state_or_found_in_the_projects_file(
+    tmp_path: Path,
+) -> None:
+    projects = ProjectsFile.model_validate({"projects": {"ml": {"state": "../ml/state.json"}}})
+    assert importer_of("ml", tmp_path, projects) == Importer(
+        project="ml", state=str((tmp_path / "../ml/state.json").resolve())
+    )
+    url = "s3://bucket/ml/state.json"
+    assert importer_of(f"ml={url}", tmp_path, ProjectsFile()).state == url
+    with pytest.raises(DstackPlanError, match=r"--importer team: where is its state\?"):
+        importer_of("team", tmp_path, projects)
+    with pytest.raises(DstackPlanError, match="invalid project name 'a b'"):
+        importer_of("a b=/x", tmp_path, projects)
+
+
+def test_the_projects_file_reports_problems_where_they_are(tmp_path: Path) -> None:
+    (tmp_path / ".dstack").mkdir()
+    path = tmp_path / ".dstack" / "projects.yml"
+    path.write_text("projects:\n  platform:\n    state: /x\n    ssh: {usr: alice}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_projects(tmp_path)
+    [issue] = caught.value.issues
+    assert (issue.file, issue.line) == (".dstack/projects.yml", 4)
+    assert "usr" in issue.message
+    path.write_text("projects:\n  platform:\n    state: s3://b/k\n    ssh: {user: alice}\n")
+    loaded = load_projects(tmp_path).projects["platform"]
+    assert loaded.state == "s3://b/k" and loaded.ssh == SSHIdentity(user="alice")
+
+
+def test_an_importer_reaches_hosts_with_its_own_identity_never_the_owner_s_keys() -> None:
+    owner = {
+        "user": "ubuntu",
+        "identity_file": "/home/platform/.ssh/id_ed25519",
+        "ssh_key": {"public": "ssh-ed25519 AAAA", "private": "sha256:abc"},
+        "hosts": [{"hostname": "h1", "user": "admin", "identity_file": "/k"}, "h2"],
+    }
+    mine = importer_ssh_config(owner, None)
+    assert mine == {"user": "ubuntu", "hosts": [{"hostname": "h1", "user": "admin"}, "h2"]}
+    given = importer_ssh_config(owner, SSHIdentity(user="alice", identity_file="~/.ssh/a"))
+    assert given == {
+        "user": "alice",
+        "identity_file": "~/.ssh/a",
+        "hosts": [{"hostname": "h1"}, "h2"],
+    }
+
+
+def test_placing_needs_the_export_listing_needs_only_the_fleet(tmp_path: Path) -> None:
+    owner_dir, ml_dir = tmp_path / "platform", tmp_path / "ml"
+    (ml_dir / ".dstack").mkdir(parents=True)
+    (ml_dir / ".dstack" / "projects.yml").write_text(
+        f"projects:\n  platform:\n    state: {owner_dir}/state.json\n"
+    )
+    backend = LocalBackend(owner_dir / "state.json")
+    backend.write(_owner(), backend.read().version)
+    imports = Imports(ml_dir, "ml")
+    assert imports.fleet("platform/gpu", placing=False).name == "gpu"
+    with pytest.raises(NotImported, match="is not exported to project 'ml'"):
+        imports.fleet("platform/gpu", placing=True)
+    with pytest.raises(NotImported, match=r"its fleets: cpu, gpu"):
+        imports.fleet("platform/tpu", placing=False)
+    with pytest.raises(NotImported, match=r"project 'team' is not in \.dstack/projects\.yml"):
+        imports.fleet("team/gpu", placing=False)

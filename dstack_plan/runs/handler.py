@@ -25,6 +25,7 @@ from dstack_plan.plan.model import Action, MachineOffer, ResourceChange
 from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
+from dstack_plan.runs.admission import admit
 from dstack_plan.runs.code_archive import CodeArchive, PrivatePaths, pack
 from dstack_plan.runs.health import crash, run_status
 from dstack_plan.runs.jobs import slots, stop_seconds
@@ -152,7 +153,6 @@ class RunHandler(ResourceHandler):
             ctx.progress(change.address, f"bursting to {fleet}: {plural(burst.count, 'machine')}")
             state = await self._grow(fleet, burst, spec, ctx)
         machines = await self._placed(change, spec, fleet, state)
-        placed = [PlacedJob(s, m) for s, m in zip(slots(spec), machines, strict=True)]
         generation = int(ctx.clock.now() * 1000)
         run = RunSubmission(
             spec,
@@ -162,8 +162,22 @@ class RunHandler(ResourceHandler):
             self.secrets,
             self.pack_code(change, spec),
         )
-        agents = await self._agents(fleet, {m.host for m in machines}, state)
-        jobs = await self._submit(change.address, run, placed, agents, state, ctx)
+
+        async def submit(placed: Sequence[PlacedJob]) -> list[Submitted]:
+            agents = await self._agents(fleet, {j.machine.host for j in placed}, state)
+            return await self._submit(change.address, run, placed, agents, state, ctx)
+
+        # another project may take the GPUs the plan saw free: `admit` places again on a loss
+        jobs = await admit(
+            run,
+            slots(spec),
+            machines,
+            place=lambda: self.place_now(fleet, change.address, spec, state),
+            submit=submit,
+            agent_of=lambda host: self.machines.agent(fleet, host, state),
+            progress=lambda message: ctx.progress(change.address, message),
+            sleep=ctx.clock.sleep,
+        )
         gpus = slot_gpus(spec)
         record = RunRecord(
             fleet=fleet,
@@ -377,7 +391,9 @@ class RunHandler(ResourceHandler):
         self, change: ResourceChange, spec: RunSpec, fleet: str, state: State
     ) -> list[Machine]:
         """The machine of each job: where the plan placed it, or, when the plan could not
-        know the machines (the fleet is created by this apply), placed now by the same rules."""
+        know the machines (the fleet is created by this apply), placed now by the same rules.
+        Another project's fleet takes new jobs only while it is exported to this project."""
+        self.machines.check_placeable(fleet)
         planned = change.placement.hosts if change.placement else ()
         if planned and len(planned) == len(slots(spec)):
             by_host = {m.host: m for m in await self.machines.machines(fleet, state)}

@@ -99,7 +99,13 @@ async def submit_jobs(
 
     submitted: list[Submitted] = []
     for wave in _waves(run.spec, placed):
-        started = list(await asyncio.gather(*(one(j) for j in wave)))
+        # every submit of the wave answers before an error is raised: a caller that withdraws
+        # the jobs after a refusal (`runs/admission.py`) finds none still on its way
+        answers = await asyncio.gather(*(one(j) for j in wave), return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        started = [a for a in answers if not isinstance(a, BaseException)]
         submitted += started
         if len(submitted) < len(placed):  # the next wave waits for this one to run
             await _until_running(started, agents, ctx, address)

@@ -5,6 +5,7 @@ Everything the CLI does goes through `Project`; the CLI only parses flags and re
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -120,9 +121,9 @@ class Project:
         )
         self.secrets = SecretStore(self.directory, on_resolve=self.guard.register)
         self.local = _local_provider(agent_dir)
-        self.machines = FleetMachines(
-            self.local, self.ssh_provider, imports=Imports(self.directory, self.name)
-        )
+        self.imports = Imports(self.directory, self.name)
+        """Other projects' states and fleets, read when a run names one (`owner/fleet`)."""
+        self.machines = FleetMachines(self.local, self.ssh_provider, imports=self.imports)
         """Every fleet's machines and agents, for runs; one SSH connection per host."""
         self.deployment = Deployment(self.backend)  # keyed by lineage, read when needed
         self._progress = progress or (lambda address, message: None)
@@ -432,7 +433,8 @@ class Project:
                 )
             )
             if not options.destroy:  # what it starts must fit the quotas (PlanError if not)
-                check_plan(plan, refresh.state, self.directory, self.clock.now())
+                now = self.clock.now()
+                check_plan(plan, refresh.state, self.directory, now, imports=self.imports)
                 await self._refuse_claimed_hosts(plan, refresh)
         return plan, refresh
 
@@ -544,6 +546,21 @@ class Project:
 
     # -- apply ---------------------------------------------------------------------------
 
+    async def publish_policy(self) -> bool:
+        """Publish in the state what the projects this one exports to must obey (the
+        `projects:` of `.dstack/quotas.yml`: `sharing/policy.py`); True when that changed
+        it. The caller holds the lock (apply)."""
+        from dstack_plan.config.quotas import load_quotas
+        from dstack_plan.sharing.policy import published
+        from dstack_plan.state.commit import commit_async
+
+        wanted = published(load_quotas(self.directory))
+        current = (await asyncio.to_thread(self.backend.read)).state
+        if current.policy == wanted:
+            return False
+        await commit_async(self.backend, lambda s: s.model_copy(update={"policy": wanted}))
+        return True
+
     def locked(self, operation: str, timeout: float = 0.0) -> AbstractAsyncContextManager[Any]:
         """Hold the state's operation lock (apply, destroy) for the body."""
         return hold_lock(self.backend, operation, timeout=timeout, clock=self.clock)
@@ -568,7 +585,8 @@ class Project:
             snapshot = self.backend.read()
             check_not_stale(plan, snapshot, saved_plan)
             # time went by since it was made: today's GPU-hours (and quotas) may have moved
-            check_plan(plan, snapshot.state, self.directory, self.clock.now())
+            now = self.clock.now()
+            check_plan(plan, snapshot.state, self.directory, now, imports=self.imports)
         # every secret a change needs must resolve before anything is touched
         for change in plan.changes:
             if change.after is not None and change.action is not Action.NOOP:

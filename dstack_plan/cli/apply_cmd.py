@@ -156,6 +156,14 @@ def run_flow(project, options, **flow: Any) -> None:  # noqa: ANN001 - imported 
         raise typer.Exit(1)
 
 
+async def _publish(project, destroy: bool) -> None:  # noqa: ANN001 - Project, lazily
+    """An apply publishes what importers obey (`Project.publish_policy`), and says so."""
+    from dstack_plan.cli.output import print_lines
+
+    if not destroy and await project.publish_policy():
+        print_lines(["Published the projects' limits of .dstack/quotas.yml for importers."])
+
+
 async def _apply_flow(
     project,  # noqa: ANN001 - Project, imported lazily
     options,  # noqa: ANN001
@@ -191,6 +199,7 @@ async def _apply_flow(
         print_lines(render_plan(plan))
         enforce(checked)  # a denied plan is never applied, a saved one included
         if not plan.has_changes:
+            await _publish(project, destroy)
             return True
         if not approve and not await _confirm(destroy):
             print_lines([f"{'Destroy' if destroy else 'Apply'} cancelled."])
@@ -204,6 +213,7 @@ async def _apply_flow(
                 interrupt=interrupt,
                 on_event=_print_event,
             )
+        await _publish(project, destroy)  # after the changes: a new state is written by them
     print_lines(["", *_report_lines(report)])
     if attach and report.ok:
         from dstack_plan.cli.attach import attach_runs

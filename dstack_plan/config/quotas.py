@@ -27,6 +27,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from dstack_plan.config.base import ResourceName, Strict
+from dstack_plan.config.project_name import ProjectName
 from dstack_plan.config.settings_file import read_mapping, read_settings_text
 from dstack_plan.config.validation_errors import PendingIssue
 from dstack_plan.errors import ConfigError, DstackPlanError
@@ -80,10 +81,46 @@ class NamespaceQuota(Limits):
         return own if own is not None else self.per_user
 
 
+Share = Annotated[
+    Annotated[float, Field(strict=True)] | str, AfterValidator(lambda v: check_share(v) and v)
+]
+"""A guaranteed share of the exported fleets' GPUs: a GPU count, or a percent (`50%`)."""
+
+
+def check_share(value: float | str) -> bool:
+    """Whether `value` is a share (a count >= 0 or `N%` with 0 <= N <= 100); ValueError
+    saying what one is otherwise."""
+    if isinstance(value, str):
+        number = value.removesuffix("%")
+        try:
+            pct = float(number)
+        except ValueError:
+            pct = -1.0
+        if not value.endswith("%") or not 0 <= pct <= 100:
+            raise ValueError(f"expected a GPU count or a percent such as 50%, got {value!r}")
+    elif value < 0:
+        raise ValueError(f"must be at least 0, got {value}")
+    return True
+
+
+class ProjectQuota(Limits):
+    """Another project's limits on this project's exported fleets (the same three as a
+    namespace's, counted over the importer's runs there), and its fair share of them."""
+
+    guarantee: Share | None = None
+    """GPUs of the exported fleets the project is guaranteed: borrowed ones are reclaimed
+    for it (by preemption) while it is under this and has work waiting."""
+    borrowing_limit: Amount | None = None
+    """GPUs beyond its guarantee it may borrow while they are idle (None: any)."""
+
+
 class Quotas(Strict):
     """The project's quota file."""
 
     namespaces: dict[ResourceName, NamespaceQuota] = {}
+    projects: dict[ProjectName, ProjectQuota] = {}
+    """Limits and fair shares of the projects this one exports fleets to (and of itself, by
+    its own name): published in its state by apply, for importers to obey."""
 
     def for_namespace(self, name: str) -> NamespaceQuota | None:
         """The quota of namespace `name`; None when it has none (no limits)."""
@@ -122,7 +159,7 @@ def _target(issue: PendingIssue) -> Any:
     return "key" if bad_key else issue.target
 
 
-_KEY_ERRORS = ("invalid name ", "invalid user name ")
+_KEY_ERRORS = ("invalid name ", "invalid user name ", "invalid project name ")
 """How the messages about a bad namespace or user name start (see `check_user`)."""
 
 QuotasEdit = Callable[[Any], None]

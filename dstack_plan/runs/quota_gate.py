@@ -25,9 +25,11 @@ from dstack_plan.plan.model import Action, Plan, ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.runs.queueing import NoCapacity, scheduled
 from dstack_plan.runs.records import RunRecord
-from dstack_plan.runs.usage import namespace_usage, run_gpus, run_usage
+from dstack_plan.runs.usage import namespace_usage, run_gpus, run_usage, usage_on
 from dstack_plan.runs.user import current_user
-from dstack_plan.scheduler.quotas import Ask, Violation, check_asks
+from dstack_plan.scheduler.quotas import Ask, Violation, check_asks, check_project
+from dstack_plan.sharing.imports import SEPARATOR, Imports, is_imported
+from dstack_plan.sharing.policy import limits_for
 from dstack_plan.state.model import ResourceState, State
 
 
@@ -37,15 +39,22 @@ class QuotaHold(NoCapacity):
 
 
 def check_plan(
-    plan: Plan, state: State, project_dir: str | Path, now: float, user: str | None = None
+    plan: Plan,
+    state: State,
+    project_dir: str | Path,
+    now: float,
+    user: str | None = None,
+    imports: Imports | None = None,
 ) -> None:
     """Raise PlanError, one line per broken limit, when the runs `plan` starts would exceed a
-    quota of `.dstack/quotas.yml` on top of what `state` records (see the module docstring)."""
+    quota of `.dstack/quotas.yml` on top of what `state` records (see the module docstring),
+    or, on another project's fleet, the limits that project published for this one."""
     quotas = load_quotas(project_dir)
-    if not quotas.namespaces:
+    if not quotas.namespaces and imports is None:
         return
     who = user or current_user()
     asks: list[Ask] = []
+    fleets: dict[str, str] = {}  # address -> the fleet a run that asks goes to
     released: set[str] = set()
     for change in plan.changes:
         if change.kind not in RUN_KINDS or change.action is Action.NOOP:
@@ -55,11 +64,39 @@ def check_plan(
         ask = _ask(change, state.get(change.address), who)
         if ask is not None:
             asks.append(ask)
+            fleets[change.address] = change.placement.fleet if change.placement else ""
         elif change.action is Action.UPDATE:
             released.discard(change.address)  # it keeps what it holds, as it holds it
-    violations = _violations(quotas, state, now, asks, released)
+    violations = _violations(quotas, state, now, asks, released) if quotas.namespaces else []
+    if imports is not None:
+        violations += _owners_limits(imports, state, now, asks, fleets, released)
     if violations:
         raise PlanError("\n".join(v.text() for v in violations))
+
+
+def _owners_limits(
+    imports: Imports,
+    state: State,
+    now: float,
+    asks: list[Ask],
+    fleets: dict[str, str],
+    released: set[str],
+) -> list[Violation]:
+    """The limits each owner published for this project that the asks on its fleets break,
+    on top of what this project's runs hold and used there."""
+    by_owner: dict[str, list[Ask]] = {}
+    for ask in asks:
+        fleet = fleets.get(ask.address, "")
+        if is_imported(fleet):
+            by_owner.setdefault(fleet.partition(SEPARATOR)[0], []).append(ask)
+    found: list[Violation] = []
+    for owner, owner_asks in sorted(by_owner.items()):
+        limits = limits_for(owner, imports.state_of(owner), imports.project)
+        if limits is None:
+            continue
+        used = usage_on(state, now, owner, released=released)
+        found += check_project(imports.project, limits, used, owner_asks)
+    return found
 
 
 def hold_for_quota(project_dir: str | Path, state: State, run: ResourceState, now: float) -> None:

@@ -23,6 +23,7 @@ from dstack_plan.providers.matching import gpu_share_wanted, gpus_wanted
 from dstack_plan.runs.jobs import job_demands, slots
 from dstack_plan.runs.records import RunRecord
 from dstack_plan.scheduler.quotas import Usage, UsageKey
+from dstack_plan.sharing.imports import SEPARATOR
 from dstack_plan.state.model import ResourceState, State
 
 DAY = 86_400.0
@@ -78,6 +79,22 @@ def namespace_usage(
     return {key: found[key] for key in sorted(found, key=_order)}
 
 
+def usage_on(state: State, now: float, owner: str, *, released: Collection[str] = ()) -> Usage:
+    """What the runs on project `owner`'s fleets (`owner/fleet`) hold now and used today,
+    all namespaces and users together (what the owner's limits for this project count),
+    counted as `namespace_usage` counts."""
+    prefix = owner + SEPARATOR
+    total = Usage()
+    for run in state.resources.values():
+        if run.kind not in RUN_KINDS:
+            continue
+        record = RunRecord.of(run)
+        if record.fleet.startswith(prefix):
+            used = _usage(run, record, now, run.address not in released)
+            total = Usage(*(a + b for a, b in zip(total, used, strict=True)))
+    return total
+
+
 def run_usage(run: ResourceState, now: float, *, holding: bool = True) -> Usage:
     """What one run holds now and used today (see `namespace_usage`); with `holding` False,
     only what it used."""
@@ -109,6 +126,12 @@ def _spec_gpus(run: ResourceState) -> dict[tuple[int, int], float]:
     assert isinstance(spec, RunSpec)
     replicas = max((j.replica for j in RunRecord.of(run).jobs), default=0) + 1
     return slot_gpus(spec, replicas if isinstance(spec, ServiceSpec) else None)
+
+
+def hours_today(started: float | None, ended: float | None, now: float) -> float:
+    """Hours of a job's run (`ended` None: it runs on) within the UTC day of `now`, as the
+    agent times it: what its GPUs count toward a daily limit."""
+    return _overlap(started, ended, ended is not None, day_start(now), now)
 
 
 def _overlap(

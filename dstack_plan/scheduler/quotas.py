@@ -57,12 +57,17 @@ class Violation(NamedTuple):
     """What the asks add (0 for a daily limit already used up)."""
     addresses: tuple[str, ...]
     """The runs that ask (none for `over_daily`)."""
+    project: str | None = None
+    """Set for another project's limit on this one's exported fleets (`check_project`):
+    then `namespace` and `user` are unused."""
 
     def text(self) -> str:
         """One line naming the namespace (and user), the limit and the amounts, e.g.
         `namespace dev: gpus limit 20, 18 in use, task.train asks 4`."""
         who = f"namespace {self.namespace}"
-        if self.user is not None:
+        if self.project is not None:
+            who = f"project {self.project}"
+        elif self.user is not None:
             who += f", user {self.user}"
         runs = ", ".join(self.addresses)
         verb = "asks" if len(self.addresses) == 1 else "ask"
@@ -118,6 +123,25 @@ def over_daily(quotas: Quotas, usage: Mapping[UsageKey, Usage]) -> list[Violatio
         if allowed is not None and used > allowed + EPSILON:
             violations.append(Violation(*key, "gpu_hours_per_day", allowed, used, 0.0, ()))
     return violations
+
+
+def check_project(
+    project: str, limits: Limits, used: Usage, asks: Sequence[Ask]
+) -> list[Violation]:
+    """Every limit of an importer project (`Quotas.projects`, published by the owner) that
+    `asks` would break on top of what the project `used` of the owner's fleets."""
+    return [v._replace(project=project) for v in _check(("", None), limits, used, list(asks))]
+
+
+def project_over_daily(project: str, limits: Limits, used: Usage) -> Violation | None:
+    """The project's daily GPU-hours limit, when its runs on the owner's fleets went over
+    it today (the owner's watch stops their GPU jobs)."""
+    allowed = limits.gpu_hours_per_day
+    if allowed is None or used.gpu_hours_today <= allowed + EPSILON:
+        return None
+    return Violation(
+        "", None, "gpu_hours_per_day", allowed, used.gpu_hours_today, 0.0, (), project
+    )
 
 
 def _order(key: UsageKey) -> tuple[str, bool, str]:

@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dstack_plan.clock import Clock
+from dstack_plan.config.project_name import check_project_name
 from dstack_plan.errors import DstackPlanError
-from dstack_plan.sharing.projects_file import ProjectsFile, check_project_name
+from dstack_plan.sharing.projects_file import ProjectsFile
 from dstack_plan.state.backend import StateBackend
 from dstack_plan.state.commit import commit_async
 from dstack_plan.state.exports import Export, Importer

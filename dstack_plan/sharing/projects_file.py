@@ -14,31 +14,13 @@ their ssh-agent and default keys.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Annotated
-
-from pydantic import AfterValidator
 
 from dstack_plan.config.base import Strict
+from dstack_plan.config.project_name import ProjectName
 from dstack_plan.config.settings_file import read_mapping, read_settings_text
 
 PROJECTS_FILE = ".dstack/projects.yml"
-_PROJECT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-
-
-def check_project_name(value: str) -> str:
-    """`value` if it can name a project (a directory's name); else ValueError saying what
-    can."""
-    if not _PROJECT_NAME.fullmatch(value):
-        raise ValueError(
-            f"invalid project name {value!r}: use 1-64 letters, digits, '.', '_' or '-', "
-            "starting with a letter, digit or '_'"
-        )
-    return value
-
-
-ProjectName = Annotated[str, AfterValidator(check_project_name)]
 
 
 class SSHIdentity(Strict):

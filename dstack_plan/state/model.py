@@ -198,6 +198,9 @@ class State(BaseModel):
     exports: dict[str, Export] = Field(default_factory=dict, exclude_if=lambda value: not value)
     """What this project shares with other projects, by export name (`state/exports.py`);
     left out of the file while there are none, so older states read and write the same."""
+    policy: JsonObject = Field(default_factory=dict, exclude_if=lambda value: not value)
+    """What the owner publishes for the projects it exports to (their quotas and fair shares:
+    `sharing/policy.py`); opaque here, left out of the file while empty."""
 
     @field_validator("format_version")
     @classmethod
@@ -256,9 +259,13 @@ class State(BaseModel):
         return self.model_copy(update={"resources": resources})
 
     def same_content(self, other: State) -> bool:
-        """True when both states hold the same resources and exports (lineage and serial
-        aside)."""
-        return self.resources == other.resources and self.exports == other.exports
+        """True when both states hold the same resources, exports and published policy
+        (lineage and serial aside)."""
+        return (
+            self.resources == other.resources
+            and self.exports == other.exports
+            and self.policy == other.policy
+        )
 
     def to_json(self) -> str:
         """The canonical file form: sorted keys, 2-space indent, trailing newline."""

@@ -9,6 +9,8 @@ ones and joins the rest. The output is byte-identical to `State.to_json()`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from dstack_plan.state.canonical import canonical_json
 from dstack_plan.state.model import ResourceState, State
 
@@ -40,18 +42,22 @@ class Renderer:
             parts.append(known[1])
         self._entries = kept  # only the last state's: memory stays one state's worth
         resources = "{\n" + ",\n".join(parts) + "\n  }" if parts else "{}"
-        exports = ""
-        if state.exports:  # few and small: rendered whole each time
-            dumped = {name: e.model_dump(mode="json") for name, e in state.exports.items()}
-            exports = (
-                f'  "exports": {canonical_json(dumped)[:-1].replace(chr(10), chr(10) + "  ")},\n'
-            )
+        exports = {name: e.model_dump(mode="json") for name, e in state.exports.items()}
         return (
             "{\n"
-            f"{exports}"
+            f"{_top_level('exports', exports)}"
             f'  "format_version": {state.format_version},\n'
             f'  "lineage": {canonical_json(state.lineage)[:-1]},\n'
+            f"{_top_level('policy', state.policy)}"
             f'  "resources": {resources},\n'
             f'  "serial": {state.serial}\n'
             "}\n"
         ).encode()
+
+
+def _top_level(key: str, value: Mapping[str, object]) -> str:
+    """A top-level field left out while empty (exports, policy): few and small, so rendered
+    whole each time."""
+    if not value:
+        return ""
+    return f'  "{key}": {canonical_json(value)[:-1].replace(chr(10), chr(10) + "  ")},\n'

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from dstack_plan.watch.enforce import LimitEnforcer
 from dstack_plan.watch.gangs import GangStops
 from dstack_plan.watch.idle_machines import IdleMachines
+from dstack_plan.watch.importer_quota import ImporterQuotaEnforcer
 from dstack_plan.watch.interruptions import Interruptions
 from dstack_plan.watch.pending import PendingRuns
 from dstack_plan.watch.quota import QuotaEnforcer
@@ -43,6 +44,7 @@ def default_actors(serving: Serving | None = None) -> list[Actor]:
         GangStops(),
         LimitEnforcer(),
         QuotaEnforcer(),
+        ImporterQuotaEnforcer(),
         Rollout(),
         RetryPolicy(),
         pending := PendingRuns(),

@@ -8,11 +8,17 @@ agent per host, the host with a fake `nvidia-smi`.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from dstack_plan.clock import FakeClock
+from dstack_plan.project import Project
+from dstack_plan.state.events import EventLog
+from dstack_plan.watch.loop import Watcher
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state
 from tests.e2e.test_ssh_fleet import fleet_text, remote  # noqa: F401 - fixture
@@ -135,3 +141,64 @@ def test_an_unknown_owner_or_fleet_is_a_plan_error_naming_it(
     assert unread.returncode == 1
     assert "fleet 'gpu' of project 'platform': its state has no such fleet" in unread.stderr
     assert "Traceback" not in unknown.stderr + unread.stderr
+
+
+def test_the_owner_s_limits_bind_the_importer_at_plan_and_in_the_owner_s_watch(
+    dstack: Dstack,
+    tmp_path: Path,
+    ssh_hosts: SSHTestHosts,
+    remote: Path,  # noqa: F811
+    cli_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """platform's `.dstack/quotas.yml` limits project ml on its fleets: published by
+    platform's apply, obeyed by ml's plan (no GPU at all), then a daily GPU-hours limit ml
+    goes over is enforced by platform's watch, which stops ml's GPU job on platform's host."""
+    platform, ml = tmp_path / "platform", tmp_path / "ml"
+    for directory in (platform, ml):
+        directory.mkdir()
+    (platform / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "gpu", "gpu"))
+    quotas = platform / ".dstack" / "quotas.yml"
+    quotas.parent.mkdir()
+    quotas.write_text("projects:\n  ml: {gpus: 0}\n")
+    applied = dstack("apply", "-y", cwd=platform)
+    _ok(applied)
+    assert "Published the projects' limits" in applied.stdout
+    assert state(platform)["policy"] == {"projects": {"ml": {"gpus": 0}}}
+    _ok(dstack("export", "create", "share", "--fleet", "gpu", "--importer",
+               f"ml={ml}/.dstack/state.json", cwd=platform))  # fmt: skip
+    _projects_file(ml, platform, ssh_hosts.client_key)
+    (ml / "train.dstack.yml").write_text(_task("train", "[platform/gpu]"))
+
+    over = dstack("plan", cwd=ml)
+    assert over.returncode == 1
+    assert "project ml: gpus limit 0, 0 in use, task.train asks 1" in over.stderr
+
+    # 36 GPU-seconds a day: ml may start (nothing used yet); an hour on, it is over
+    quotas.write_text("projects:\n  ml: {gpu_hours_per_day: 0.01}\n")
+    _ok(dstack("apply", "-y", cwd=platform))  # no changes: the new limits are published
+    _ok(dstack("apply", "-y", cwd=ml))
+    assert _rows(dstack, ml)["task.train"]["status"] == "running"
+
+    for name in ("HOME", "DSTACK_PLAN_SSH_AGENT_DIR", "DSTACK_PLAN_AGENT_DIR"):
+        monkeypatch.setenv(name, cli_env[name])
+    clock = FakeClock(time.time() + 3600)  # an hour on: the job used about one GPU-hour
+    owner = Project(platform, clock=clock)
+    watcher = Watcher(owner, events=EventLog(owner.backend))
+
+    async def tick() -> None:
+        try:
+            await watcher.tick()
+        finally:
+            await owner.close()
+
+    asyncio.run(tick())
+    events = [
+        json.loads(line) for line in dstack("events", "--json", cwd=platform).stdout.splitlines()
+    ]
+    [stopped] = [e for e in events if "quota_exceeded" in (e.get("reason") or "")]
+    assert "project ml: gpu_hours_per_day limit 0.01, 1 used today" in stopped["reason"]
+    assert "run task.train of project ml" in stopped["reason"]
+    assert _rows(dstack, ml)["task.train"]["status"] in ("terminated", "terminating")
+    _ok(dstack("destroy", "-y", cwd=ml))
+    _ok(dstack("destroy", "-y", cwd=platform))

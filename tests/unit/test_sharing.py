@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from dstack_plan.config.quotas import ProjectQuota, parse_quotas
 from dstack_plan.errors import ConfigError, DstackPlanError
+from dstack_plan.scheduler.quotas import Ask, Usage, check_project, project_over_daily
 from dstack_plan.sharing.exports import created, deleted, importer_of, updated
 from dstack_plan.sharing.imports import Imports, NotImported, importer_ssh_config
+from dstack_plan.sharing.policy import limits_for, published
 from dstack_plan.sharing.projects_file import ProjectsFile, SSHIdentity, load_projects
 from dstack_plan.state.codec import parse_state
 from dstack_plan.state.exports import Importer, exported_to
@@ -137,3 +140,39 @@ def test_placing_needs_the_export_listing_needs_only_the_fleet(tmp_path: Path) -
         imports.fleet("platform/tpu", placing=False)
     with pytest.raises(NotImported, match=r"project 'team' is not in \.dstack/projects\.yml"):
         imports.fleet("team/gpu", placing=False)
+
+
+def test_an_owner_publishes_its_importers_limits_and_importers_read_them() -> None:
+    quotas = parse_quotas(
+        "namespaces:\n  dev: {gpus: 2}\nprojects:\n  ml: {gpus: 4, guarantee: 50%}\n"
+    )
+    policy = published(quotas)
+    assert policy == {"projects": {"ml": {"gpus": 4.0, "guarantee": "50%"}}}
+    owner = _owner().model_copy(update={"policy": policy})
+    assert parse_state(Renderer().render(owner), "state.json") == owner
+    assert limits_for("platform", owner, "ml") == quotas.projects["ml"]
+    assert limits_for("platform", owner, "other") is None
+    assert published(parse_quotas("namespaces:\n  dev: {gpus: 2}\n")) == {}
+
+
+def test_a_project_over_the_owner_s_limit_is_named_with_the_limit_and_the_amount() -> None:
+    limits = ProjectQuota(gpus=4, gpu_hours_per_day=10)
+    asks = [Ask("task.train", "default", "alice", 3, 0.0)]
+    [over] = check_project("ml", limits, Usage(gpus=2), asks)
+    assert over.text() == "project ml: gpus limit 4, 2 in use, task.train asks 3"
+    assert check_project("ml", limits, Usage(gpus=1), asks) == []
+    daily = project_over_daily("ml", limits, Usage(gpu_hours_today=12.5))
+    assert daily is not None and daily.text() == (
+        "project ml: gpu_hours_per_day limit 10, 12.5 used today"
+    )
+    assert project_over_daily("ml", limits, Usage(gpu_hours_today=10)) is None
+
+
+def test_a_guarantee_is_a_gpu_count_or_a_percent() -> None:
+    with pytest.raises(
+        ConfigError, match=r"projects\.ml\.guarantee: expected a GPU count or a percent"
+    ):
+        parse_quotas("projects:\n  ml: {guarantee: 150%}\n")
+    with pytest.raises(ConfigError, match="invalid project name"):
+        parse_quotas("projects:\n  m l: {gpus: 1}\n")
+    assert parse_quotas("projects:\n  ml: {guarantee: 2}\n").projects["ml"].guarantee == 2

@@ -32,10 +32,15 @@ def validate(
     from dstack_plan.policy.check import check_policy_files
 
     issues: list[ConfigIssue] = []
+    warnings: list[ConfigIssue] = []
     desired = None
     try:
         desired = load_project(directory, files)
-        checked_dependencies(desired, directory)
+        # files given alone (dstack's docs are full of them) may name what the project's
+        # state holds, or what plan resolves later: a warning, never an error
+        unresolved = warnings if files else None
+        known = _state_addresses(directory) if files else ()
+        checked_dependencies(desired, directory, unresolved=unresolved, known=known)
     except ConfigError as e:
         issues += e.issues
     rules = []
@@ -77,14 +82,32 @@ def validate(
                     for r in rules
                 ],
                 "errors": [],
+                "warnings": [
+                    {"file": i.file, "line": i.line, "column": i.column, "message": i.message}
+                    for i in warnings
+                ],
             }
         )
         return
+    for warning in warnings:
+        typer.echo(str(warning).replace(": error: ", ": warning: ", 1), err=True)
     checked = [_count(len(desired), "resource")]
     checked += [_count(len(desired.presets), "preset")] if desired.presets else []
     checked += [_count(len(rules), "policy rule")] if rules else []
     head = ", ".join(checked[:-1])
     typer.echo(f"{head} and {checked[-1]} OK" if head else f"{checked[0]} OK")
+
+
+def _state_addresses(directory: Path) -> frozenset[str]:
+    """What the project's state holds, read-only; nothing when it cannot be read (validate
+    needs no state: it only decides between a warning and silence)."""
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.state.select import open_backend
+
+    try:
+        return frozenset(open_backend(directory).read().state.resources)
+    except DstackPlanError:
+        return frozenset()
 
 
 def _count(n: int, noun: str) -> str:

@@ -6,6 +6,7 @@ what is wrong: a reference to something not declared, or a dependency cycle.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from pathlib import Path
 
 from dstack_plan.config.loader import issue_at
@@ -19,14 +20,22 @@ from dstack_plan.graph.cycles import find_cycles, starting_at
 KeyPath = tuple[str | int, ...]
 
 
-def dependencies(desired: Desired, project_dir: str | Path = ".") -> dict[str, tuple[str, ...]]:
+def dependencies(
+    desired: Desired,
+    project_dir: str | Path = ".",
+    *,
+    unresolved: list[ConfigIssue] | None = None,
+    known: Container[str] = (),
+) -> dict[str, tuple[str, ...]]:
     """address -> addresses it depends on, for every declared resource.
 
     A run depends on the fleets it names in `fleets:` (all declared fleets when it names none),
     on the network volumes it mounts, a service on its gateway, and a gateway on an SSH host on
     that host's fleet; `depends_on` adds more.
     A reference to something not declared, and a dependency cycle, are ConfigErrors located at
-    the referring key; all of them are reported at once.
+    the referring key; all of them are reported at once. `validate -f` of files without their
+    project gives `unresolved`: references to what neither the files nor `known` (the
+    project's state) hold go there, as warnings, instead of failing.
     """
     fleets = [r.name for r in desired.of_kind("fleet")]
     default_gateway = _default_gateway(desired)
@@ -36,8 +45,17 @@ def dependencies(desired: Desired, project_dir: str | Path = ".") -> dict[str, t
         wanted = _references(resource, fleets, default_gateway)
         for address, key in wanted.items():
             if address not in desired.resources and resource.source.file != STATE_SOURCE:
-                message = f"{resource.address} refers to {address}, which is {_missing(desired)}"
-                issues.append(issue_at(resource, (key,), message, project_dir))
+                if unresolved is None:
+                    message = (
+                        f"{resource.address} refers to {address}, which is {_missing(desired)}"
+                    )
+                    issues.append(issue_at(resource, (key,), message, project_dir))
+                elif address not in known:
+                    message = (
+                        f"{resource.address} refers to {address}, which neither the files nor "
+                        "the project's state hold: plan resolves it where the run is applied"
+                    )
+                    unresolved.append(issue_at(resource, (key,), message, project_dir))
         edges[resource.address] = tuple(a for a in wanted if a in desired.resources)
     # only `depends_on` can close a loop: implied edges point from runs to what they use
     if any(r.spec.depends_on for r in desired):

@@ -19,7 +19,7 @@ refuse it, each problem located at the offending key as a load error would be:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -49,17 +49,23 @@ _USER = re.compile(USER_PATTERN)
 
 
 def checked_dependencies(
-    desired: Desired, project_dir: str | Path = ".", *, local_facts: bool = False
+    desired: Desired,
+    project_dir: str | Path = ".",
+    *,
+    local_facts: bool = False,
+    unresolved: list[ConfigIssue] | None = None,
+    known: Container[str] = (),
 ) -> dict[str, tuple[str, ...]]:
     """`graph.references.dependencies`, plus the limits above: every problem of both at once,
     as one ConfigError. What `plan` and `validate` check without state; with `local_facts`
     (`plan`, not `validate`), also what only this machine can tell: that the SSH fleets' key
-    files can be read (`host_checks.local_fact_issues`)."""
+    files can be read (`host_checks.local_fact_issues`). `unresolved` and `known`: see
+    `dependencies`."""
     issues = limit_issues(desired, project_dir)
     if local_facts:
         issues += local_fact_issues(desired, project_dir)
     try:
-        edges = dependencies(desired, project_dir)
+        edges = dependencies(desired, project_dir, unresolved=unresolved, known=known)
     except ConfigError as e:
         raise ConfigError([*e.issues, *issues]) from None
     if issues:

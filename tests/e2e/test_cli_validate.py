@@ -51,6 +51,7 @@ def test_validate_json(tmp_path: Path) -> None:
         "presets": [],
         "policies": [],
         "errors": [],
+        "warnings": [],
     }
     (tmp_path / "bad.dstack.yml").write_text("type: fleet\nnodes: x\n")
     result = run("validate", "--json", str(tmp_path))
@@ -69,6 +70,43 @@ def test_validate_files_and_stdin(tmp_path: Path) -> None:
     assert piped.stdout.strip() == "1 resource OK"
     broken = run("validate", "-f", "-", stdin="type: task\n  bad: [\n")
     assert broken.returncode == 1 and broken.stderr.startswith("<stdin>:")
+
+
+def test_a_file_alone_may_name_what_the_project_s_state_holds_or_another_project(
+    tmp_path: Path,
+) -> None:
+    """`validate -f` of one run file (as dstack's docs show them) naming a fleet the files do
+    not declare: a warning while the project's state lacks it, silence once it holds it;
+    another project's fleet is resolved by plan, never an error here."""
+    from dstack_plan.state.local import LocalBackend
+    from dstack_plan.state.model import ResourceState, State
+
+    run_file = tmp_path / "train.dstack.yml"
+    run_file.write_text(
+        "type: task\nname: train\ncommands: [x]\n"
+        "fleets: [gpu, team/a100, {project: team, name: h100}]\n"
+    )
+    warned = run("validate", "-f", str(run_file), cwd=tmp_path)
+    assert warned.returncode == 0, warned.stderr
+    assert warned.stdout.strip() == "1 resource OK"
+    assert warned.stderr.splitlines() == [
+        "train.dstack.yml:4:1: warning: task.train refers to fleet.gpu, which neither the files "
+        "nor the project's state hold: plan resolves it where the run is applied"
+    ]
+    as_json = json.loads(run("validate", "--json", "-f", str(run_file), cwd=tmp_path).stdout)
+    assert as_json["valid"] is True and len(as_json["warnings"]) == 1
+
+    fleet = ResourceState.model_validate(
+        {"kind": "fleet", "name": "gpu", "provider": "ssh",
+         "spec": {"type": "fleet", "name": "gpu"}, "status": "active",
+         "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}
+    )  # fmt: skip
+    backend = LocalBackend(tmp_path / ".dstack" / "state.json")
+    backend.write(State.empty().with_resource(fleet), backend.read().version)
+    quiet = run("validate", "-f", str(run_file), cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    # a directory is a whole project: there, a fleet it does not declare is an error
+    assert run("validate", str(tmp_path), cwd=tmp_path).returncode == 1
 
 
 TASK = "type: task\nname: train\ncommands: [python train.py]\n"

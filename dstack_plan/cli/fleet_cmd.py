@@ -29,7 +29,9 @@ def list_(
     ),
     as_json: bool = common.JsonOpt,
 ) -> None:
-    """The hosts of the fleets in state: status, GPUs, CPUs, memory, disk, agent version.
+    """The hosts of the fleets in state: status, GPUs, CPUs, memory, disk, agent version;
+    then those of the fleets other projects export to this one (`owner/name`, from the
+    owner's state; --json gives their `owner`).
 
     AGENT also says how the agent runs: `systemd` (an enabled unit: it comes back after a
     reboot) or `detached` (it does not; the next command that needs it starts it again).
@@ -38,7 +40,15 @@ def list_(
     not answer is shown `unreachable` with the reason).
     """
     from dstack_plan.cli.output import print_json, print_lines
-    from dstack_plan.inspect.fleets import fleet_records, fleets_json, host_rows, reboot_note
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.inspect.fleets import (
+        fleet_records,
+        fleets_json,
+        host_rows,
+        imported_records,
+        reboot_note,
+    )
+    from dstack_plan.sharing.imports import is_imported
 
     project = common.make_project(directory, [], state)
     if refresh:
@@ -49,7 +59,18 @@ def list_(
         current = common.run_with(project, refreshed)
     else:
         current = project.backend.read().state
-    records = fleet_records(current, name)
+    if name is not None and is_imported(name):
+        shared = imported_records(project.imports)
+        if name not in shared:
+            known = ", ".join(shared) or "none"
+            raise DstackPlanError(
+                f"no fleet {name!r} exported to this project (imported: {known})"
+            )
+        records = {name: shared[name]}
+    else:
+        records = fleet_records(current, name)
+        if name is None:  # then the fleets other projects export to this one, with their owner
+            records |= imported_records(project.imports)
     if as_json:
         print_json(fleets_json(records))
         return

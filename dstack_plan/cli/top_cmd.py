@@ -26,8 +26,9 @@ def top(
     """Every host's GPUs (used/total), memory and CPU use, and tasks, asked of its agent.
 
     The hosts of every SSH fleet in state, and this machine when state has runs on it or
-    there is no SSH fleet. On a terminal the table is refreshed in place every `--interval`
-    seconds until Ctrl-C; piped, or with --json, one snapshot is printed. --json gives
+    there is no SSH fleet; then those of the fleets other projects export to this one. On a
+    terminal the table is refreshed in place every `--interval` seconds until Ctrl-C;
+    piped, or with --json, one snapshot is printed. --json gives
     {taken_at, hosts: [{fleet, host, agent, error, gpus_used, gpus_total, gpu_names,
     memory_percent, cpu_percent, tasks, runs}]}. A host that does not answer is shown with
     why; the others are unaffected. Nothing is written to state.

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from dstack_plan.apply.handlers import ApplyContext, ResourceHandler
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.fleets.records import BandwidthRecord, FleetRecord, HostRecord
+from dstack_plan.sharing.imports import SEPARATOR, Imports, is_imported
 from dstack_plan.state.backend import StateBackend
 from dstack_plan.state.commit import commit_async
 from dstack_plan.state.lock import hold_lock
@@ -32,12 +33,23 @@ def fleet_records(state: State, name: str | None = None) -> dict[str, FleetRecor
     return {name: found[name]}
 
 
+def imported_records(imports: Imports) -> dict[str, FleetRecord]:
+    """`owner/name` -> the record of each fleet another project exports to this one, as the
+    owner's state records it (its last apply or watch); an owner whose state cannot be read
+    is left out (plan names why)."""
+    shared, _ = imports.shared_with_me()
+    return {name: FleetRecord.of(entry) for name, entry in shared.items()}
+
+
 class FleetView(BaseModel):
     """One fleet and its hosts' facts, as state records them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+    """`gpu`, or another project's exported fleet as `owner/gpu`."""
+    owner: str | None = None
+    """The project that owns an imported fleet (None: this project's)."""
     status: str
     """`active` when every host answered its last check, else `degraded`."""
     hosts: tuple[HostRecord, ...] = ()
@@ -56,7 +68,13 @@ class FleetList(BaseModel):
 def fleet_list(records: dict[str, FleetRecord]) -> FleetList:
     return FleetList(
         fleets=tuple(
-            FleetView(name=name, status=r.status, hosts=r.hosts, bandwidth=r.bandwidth)
+            FleetView(
+                name=name,
+                owner=name.partition(SEPARATOR)[0] if is_imported(name) else None,
+                status=r.status,
+                hosts=r.hosts,
+                bandwidth=r.bandwidth,
+            )
             for name, r in records.items()
         )
     )
@@ -64,11 +82,13 @@ def fleet_list(records: dict[str, FleetRecord]) -> FleetList:
 
 def fleets_json(records: dict[str, FleetRecord]) -> dict[str, Any]:
     """What `dstack fleet list --json` prints: `{"fleets": [{name, status, hosts: [...]}]}`
-    (a `FleetList`; `bandwidth` only for a fleet that was probed)."""
+    (a `FleetList`; `bandwidth` only for a fleet that was probed, `owner` only for another
+    project's)."""
     document = fleet_list(records).model_dump(mode="json")
     for fleet in document["fleets"]:
-        if fleet["bandwidth"] is None:
-            del fleet["bandwidth"]
+        for key in ("bandwidth", "owner"):
+            if fleet[key] is None:
+                del fleet[key]
     return document
 
 

@@ -38,6 +38,7 @@ from dstack_plan.providers.matching import (
 from dstack_plan.providers.names import CLOUDS, HOST_FLEET_PROVIDERS
 from dstack_plan.providers.registry import GROUP, provider_class
 from dstack_plan.scheduler.occupancy import gpu_free, take
+from dstack_plan.sharing.imports import imported_fleet_names
 from dstack_plan.state.model import State
 
 if TYPE_CHECKING:
@@ -131,7 +132,8 @@ async def list_offers(
     rows: list[OfferRow] = []
     unmatched: list[Unmatched] = []
     limit = asyncio.Semaphore(PARALLELISM)
-    for fleet in offer_fleets(state) if backend is None else []:
+    fleets = offer_fleets(state) + imported_fleet_names(project.imports)
+    for fleet in fleets if backend is None else []:
         try:
             found = await project.machines.machines(fleet, state)
         except DstackPlanError as e:

@@ -27,6 +27,7 @@ from dstack_plan.inspect.top_sample import HostReading, cpu_percent, reading
 from dstack_plan.providers.local import LOCAL_FLEET
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.runs.records import RunRecord
+from dstack_plan.sharing.imports import imported_fleet_names
 from dstack_plan.state.model import State
 
 CPU_WINDOW = 0.5
@@ -149,9 +150,10 @@ class TopSampler:
         self._last: dict[tuple[str, str], HostReading] = {}
 
     async def snapshot(self, state: State) -> TopView:
-        """Every host of `top_fleets(state)`, asked now."""
+        """Every host of `top_fleets(state)`, then of the fleets other projects export to
+        this one (`owner/name`), asked now."""
         asks: list[Awaitable[HostTop]] = []
-        for fleet in top_fleets(state):
+        for fleet in top_fleets(state) + imported_fleet_names(self.machines.imports):
             try:
                 found = await self.machines.machines(fleet, state)
             except DstackPlanError as e:

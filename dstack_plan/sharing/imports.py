@@ -95,6 +95,26 @@ class Imports:
             )
         return self._as_importer(owner, entry)
 
+    def shared_with_me(self) -> tuple[dict[str, ResourceState], list[str]]:
+        """Every fleet the projects of `.dstack/projects.yml` export to this one, by
+        `owner/name` (as `fleet`, placing allowed), and why an owner could not be read."""
+        found: dict[str, ResourceState] = {}
+        problems: list[str] = []
+        for owner in sorted(self.projects.projects):
+            try:
+                state = self.state_of(owner)
+            except NotImported as e:
+                problems.append(str(e))
+                continue
+            for export in state.exports.values():
+                if export.importer(self.project) is None:
+                    continue
+                for name in export.fleets:
+                    entry = state.get(f"fleet.{name}")
+                    if entry is not None:
+                        found[f"{owner}{SEPARATOR}{name}"] = self._as_importer(owner, entry)
+        return dict(sorted(found.items())), problems
+
     def _as_importer(self, owner: str, entry: ResourceState) -> ResourceState:
         ssh = entry.spec.get("ssh_config")
         if not isinstance(ssh, dict):
@@ -102,6 +122,15 @@ class Imports:
         other = self.projects.projects[owner]
         spec = {**entry.spec, "ssh_config": importer_ssh_config(ssh, other.ssh)}
         return entry.model_copy(update={"spec": spec})
+
+
+def imported_fleet_names(imports: Imports | None) -> list[str]:
+    """`owner/name` of every fleet other projects export to this one (none without
+    `imports`, or when `.dstack/projects.yml` names no project): what `top` and `offer` show
+    after this project's own fleets."""
+    if imports is None or not imports.projects.projects:
+        return []
+    return list(imports.shared_with_me()[0])
 
 
 def importer_ssh_config(ssh: dict[str, Any], identity: Any) -> dict[str, Any]:

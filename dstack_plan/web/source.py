@@ -105,9 +105,12 @@ class ApiSource:
         return {entry.address: namespace_of(entry.spec) for entry in run_entries(self.state())}
 
     def fleets(self) -> FleetList:
-        from dstack_plan.inspect.fleets import fleet_list, fleet_records
+        from dstack_plan.inspect.fleets import fleet_list, fleet_records, imported_records
 
-        return fleet_list(fleet_records(self.state()))
+        # this project's fleets, then those other projects export to it (`owner/name`)
+        return fleet_list(
+            {**fleet_records(self.state()), **imported_records(self.project.imports)}
+        )
 
     async def hosts(self) -> TopView:
         """The hosts as `top --json` shows them, from a snapshot (as `runs`)."""

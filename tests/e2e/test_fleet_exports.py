@@ -91,6 +91,12 @@ def test_an_exported_fleet_runs_the_importer_s_jobs_until_the_export_is_revoked(
     assert state(ml)["resources"]["task.train"]["attributes"]["fleet"] == "platform/gpu"
     # the importer read platform's state and never wrote it
     assert (platform / ".dstack" / "state.json").read_bytes() == before
+    # the imported fleet is listed with its owner, and `top` asks its host's agent
+    fleets = json.loads(dstack("fleet", "list", "--json", cwd=ml).stdout)["fleets"]
+    assert [(f["name"], f.get("owner")) for f in fleets] == [("platform/gpu", "platform")]
+    top = json.loads(dstack("top", "--json", cwd=ml).stdout)
+    [host] = [h for h in top["hosts"] if h["fleet"] == "platform/gpu"]
+    assert (host["host"], host["agent"], host["gpus_used"]) == (ssh_hosts["gpu"].address, "ok", 1)
 
     # the mapping form names the same fleet; the GPU is taken, a CPU-only run fits beside it
     (ml / "probe.dstack.yml").write_text(_task("probe", "[{project: platform, name: gpu}]", gpu=0))

@@ -39,6 +39,7 @@ class TerminationReason(str, Enum):
     SCALED_DOWN = p.SCALED_DOWN
     INACTIVITY_DURATION_EXCEEDED = p.INACTIVITY_DURATION_EXCEEDED
     TERMINATED_DUE_TO_UTILIZATION_POLICY = p.TERMINATED_DUE_TO_UTILIZATION_POLICY
+    PREEMPTED = p.PREEMPTED
 
 
 # Built on first use: a command validates two or three of these, and building all of them

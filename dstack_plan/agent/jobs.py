@@ -34,6 +34,7 @@ from dstack_plan.agent.protocol import (
     EXECUTOR_ERROR,
     INACTIVITY_DURATION_EXCEEDED,
     MAX_DURATION_EXCEEDED,
+    PREEMPTED,
     RUNNING,
     RUNTIME_DOCKER,
     RUNTIME_PROCESS,
@@ -59,6 +60,7 @@ _STOP_MESSAGES = {
     SCALED_DOWN: "scaled down",
     INACTIVITY_DURATION_EXCEEDED: "inactivity_duration exceeded",
     TERMINATED_DUE_TO_UTILIZATION_POLICY: "GPU utilization stayed under utilization_policy",
+    PREEMPTED: "its capacity was reclaimed",
 }
 FORCE_DELETE_WAIT = 15.0
 SESSION_ACTIVITY_SAVE = 30.0

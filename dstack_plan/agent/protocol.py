@@ -35,6 +35,9 @@ TERMINATED_BY_SERVER = "terminated_by_server"
 SCALED_DOWN = "scaled_down"
 INACTIVITY_DURATION_EXCEEDED = "inactivity_duration_exceeded"
 TERMINATED_DUE_TO_UTILIZATION_POLICY = "terminated_due_to_utilization_policy"
+PREEMPTED = "preempted"
+"""Stopped to give its capacity back (a fleet's owner reclaiming GPUs another project
+borrowed): an interruption of the job, which its run's retry may restart."""
 
 STOP_REASONS = (
     TERMINATED_BY_USER,
@@ -43,6 +46,7 @@ STOP_REASONS = (
     INACTIVITY_DURATION_EXCEEDED,
     TERMINATED_DUE_TO_UTILIZATION_POLICY,
     MAX_DURATION_EXCEEDED,
+    PREEMPTED,
 )
 """The reasons `POST /jobs/{id}/stop` accepts (an abort is always `aborted_by_user`)."""
 
@@ -58,6 +62,7 @@ STATUS_OF_REASON = {
     SCALED_DOWN: TERMINATED,
     INACTIVITY_DURATION_EXCEEDED: TERMINATED,
     TERMINATED_DUE_TO_UTILIZATION_POLICY: TERMINATED,
+    PREEMPTED: TERMINATED,
 }
 
 RUNTIME_DOCKER = "docker"

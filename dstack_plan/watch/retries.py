@@ -5,6 +5,12 @@ they ended), the policy decides, and the decision is done: the whole run or the 
 replicas submitted again (`watch/restart.py`), or the run given up as `failed`. What the
 policy needs next time (`RetryState`) is kept in the run's state attributes under `retry`.
 The updated entries go back to the loop, which commits them with the rest of the tick.
+
+A job `preempted` (stopped to give its capacity back) ended `terminated`, but counts as an
+interruption: a run whose retry covers it waits `pending` (its other jobs stopped) and is
+placed again; one whose retry does not ends `terminated` with the reason `preempted`. The
+job's event (`running -> terminated: preempted: ...`) is recorded even when the run is
+placed again in the very tick that found it ended.
 """
 
 from __future__ import annotations
@@ -13,16 +19,17 @@ import logging
 from typing import TYPE_CHECKING
 
 from dstack_plan.agent.api_models import JobInfo
-from dstack_plan.agent.protocol import TERMINATED_BY_SERVER
+from dstack_plan.agent.protocol import PREEMPTED, TERMINATED_BY_SERVER
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.runs.queueing import STOPPED_BY_USER, NoCapacity
-from dstack_plan.runs.records import RunRecord
+from dstack_plan.runs.records import RunRecord, run_span_id
+from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.restart import queued_entry, restart_jobs, restart_run
 from dstack_plan.watch.retry import decide_retry
-from dstack_plan.watch.retry_model import JobOutcome, RetryDecision, RetryState
+from dstack_plan.watch.retry_model import JobOutcome, RetryDecision, RetryState, preempted
 from dstack_plan.watch.superseded import Superseded, log_superseded
 from dstack_plan.watch.tick import Acted, Tick
 
@@ -44,7 +51,40 @@ class RetryPolicy:
         changed, resubmitted = await retry_failed(
             tick.project, tick.state, tick.now, read=tick.read
         )
-        return Acted(changed=changed, resubmitted=resubmitted)
+        events = preempted_events(tick.read, tick.state, changed, tick.now)
+        return Acted(changed=changed, resubmitted=resubmitted, events=events)
+
+
+def preempted_events(
+    read: State, refreshed: State, changed: dict[str, ResourceState], now: float
+) -> list[Event]:
+    """The ends of preempted jobs that the loop's own events would miss: a run placed again
+    in the tick that found its job preempted no longer has the job, so no status change of
+    it is seen. One `job` event each (`running -> terminated: preempted: ...`)."""
+    events: list[Event] = []
+    for address, entry in changed.items():
+        run, old = refreshed.resources.get(address), read.resources.get(address)
+        if run is None:
+            continue
+        was = {j.id: j.status for j in RunRecord.of(old).jobs} if old is not None else {}
+        kept = {j.id for j in RunRecord.of(entry).jobs}
+        for job in RunRecord.of(run).jobs:
+            if job.id in kept or not preempted(job.reason) or was.get(job.id) == job.status:
+                continue
+            events.append(
+                Event(
+                    time=now,
+                    address=address,
+                    kind="job",
+                    span_id=run_span_id(entry),
+                    old_status=was.get(job.id),
+                    new_status=job.status,
+                    job_id=job.id,
+                    host=job.host,
+                    reason=job.reason,
+                )
+            )
+    return events
 
 
 async def retry_failed(
@@ -58,7 +98,7 @@ async def retry_failed(
     ctx = project.context(state)
     for address, run in state.resources.items():
         record = RunRecord.of(run)
-        if run.tainted or not any(j.status == "failed" for j in record.jobs):
+        if run.tainted or not any(_failed(j.status, j.reason) for j in record.jobs):
             continue
         if run.attributes.get("termination_reason") in ("retry_limit_exceeded", STOPPED_BY_USER):
             continue  # given up already, or the user stopped it
@@ -81,6 +121,12 @@ async def retry_failed(
             changed[address] = updated
             resubmitted += decision.action == "resubmit"
     return changed, resubmitted
+
+
+def _failed(status: str, reason: str | None) -> bool:
+    """A job record the policy looks at: failed, or preempted (which ends `terminated`; other
+    `terminated` reasons, a user's, a limit's or watch's own stop, are not failures)."""
+    return status == "failed" or (status == "terminated" and preempted(reason))
 
 
 async def _outcomes(project: Project, run: ResourceState, state: State) -> list[JobOutcome]:
@@ -111,9 +157,6 @@ async def _carry_out(
     ctx: ApplyContext,
     read: State,
 ) -> ResourceState | None:
-    from dstack_plan.inspect.runs import job_agent
-    from dstack_plan.inspect.stop import stop_timeout
-
     now = timestamp(project.clock)
     attributes = {**run.attributes, RETRY_KEY: decision.state.to_json()}
     if decision.action == "none":
@@ -122,14 +165,18 @@ async def _carry_out(
         status = "failed" if decision.action == "fail" else run.status
         if decision.action == "fail" and decision.reason:
             attributes["termination_reason"] = decision.reason
+        if decision.preempted:
+            # a preempted run waits `pending` (retried) or ends `terminated` (not covered):
+            # not `failed`; what is left of it goes with it
+            status = "terminated" if decision.reason == PREEMPTED else "pending"
+            before = read.resources.get(run.address)
+            if before is None or before.status != status:
+                log.info("%s: %s", run.address, decision.message)
+            await _stop(project, run, decision.stop, ctx)
         return run.updated(now=now, status=status, attributes=attributes)
     log.info("%s: %s", run.address, decision.message or "resubmitting")
     with_state = run.updated(now=run.updated_at, attributes=attributes)
-    state = ctx.current_state()
-    for job in RunRecord.of(run).jobs:
-        if job.id in decision.stop:
-            agent = await job_agent(project, run, job, state)
-            await agent.stop(job.id, timeout=stop_timeout(run), reason=TERMINATED_BY_SERVER)
+    await _stop(project, run, decision.stop, ctx)
     if decision.whole_run:
         try:
             return await restart_run(project, with_state, ctx, read=read)
@@ -146,3 +193,19 @@ async def _carry_out(
     slots = set(decision.slots)
     ids = [j.id for j in RunRecord.of(run).jobs if (j.replica, j.node) in slots]
     return await restart_jobs(project, with_state, ids, ctx, read=read)
+
+
+async def _stop(
+    project: Project, run: ResourceState, job_ids: tuple[str, ...], ctx: ApplyContext
+) -> None:
+    """Stop the jobs `job_ids` of `run` gracefully (its `stop_duration`), as watch's own."""
+    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.stop import stop_timeout
+
+    if not job_ids:
+        return
+    state = ctx.current_state()
+    for job in RunRecord.of(run).jobs:
+        if job.id in job_ids:
+            agent = await job_agent(project, run, job, state)
+            await agent.stop(job.id, timeout=stop_timeout(run), reason=TERMINATED_BY_SERVER)

@@ -14,7 +14,12 @@ dstack's rules (reference §3.1, §3.3):
   resubmitted alone, at once, while other replicas keep running (when none is left, the whole
   service goes pending like a task);
 - a run stopped by the user (`dstack stop`: jobs terminated or aborted by user) is never
-  retried; nor is a job stopped by a limit (`max_duration`, inactivity, utilization).
+  retried; nor is a job stopped by a limit (`max_duration`, inactivity, utilization), nor one
+  stopped by watch (`terminated_by_server`, `scaled_down`);
+- a job `preempted` (stopped to give its capacity back) ends `terminated`, yet it is an
+  `interruption`: covered, it restarts as a failure does (its run waits `pending`, not
+  `failed`); not covered, the run ends `terminated` with the reason `preempted` (not
+  `job_failed`), and its jobs still running are stopped with it.
 
 Times are epoch seconds. The decision carries the `RetryState` to store for the next tick.
 """
@@ -31,6 +36,7 @@ from dstack_plan.watch.retry_model import (
     INSTANCE_UNREACHABLE,
     INTERRUPTED,
     NO_CAPACITY,
+    PREEMPTED,
     USER_STOPS,
     JobOutcome,
     RetryDecision,
@@ -43,6 +49,7 @@ __all__ = [
     "INSTANCE_UNREACHABLE",
     "INTERRUPTED",
     "NO_CAPACITY",
+    "PREEMPTED",
     "USER_STOPS",
     "JobOutcome",
     "RetryDecision",
@@ -110,6 +117,18 @@ def decide_retry(
         verdict = _verdict(spec, job, state, now, submitted_at)
         if verdict is not None:
             reason, message = verdict
+            if job.preempted and reason == "job_failed":
+                # not a failure of its own: the run ends `terminated`, and as one
+                active = (j.job_id for j in jobs if j.active and j.job_id is not None)
+                return RetryDecision(
+                    action="fail",
+                    state=state,
+                    reason="preempted",
+                    event=job.event,
+                    message=message,
+                    stop=tuple(sorted(active)),
+                    preempted=True,
+                )
             return RetryDecision(
                 action="fail", state=state, reason=reason, event=job.event, message=message
             )
@@ -130,6 +149,7 @@ def decide_retry(
             stop=stop,
             event=first.event,
             message=f"{what}: resubmitting replica(s) {_replicas(retry_slots)} alone",
+            preempted=first.preempted,
         )
     last_ended = max(_ended(j, now) for j in failed)
     when = last_ended + backoff(state.attempts + 1)
@@ -150,6 +170,7 @@ def decide_retry(
             at=when,
             event=first.event,
             message=f"{what}: retrying in {when - now:g}s (attempt {state.attempts + 1})",
+            preempted=first.preempted,
         )
     return RetryDecision(
         action="resubmit",
@@ -159,6 +180,7 @@ def decide_retry(
         stop=stop,
         event=first.event,
         message=f"{what}: resubmitting the run (attempt {state.attempts + 1})",
+        preempted=first.preempted,
     )
 
 
@@ -213,6 +235,8 @@ def _describe(job: JobOutcome) -> str:
     where = f"replica {job.replica} node {job.node}"
     if job.reason == p.CONTAINER_EXITED_WITH_ERROR or (job.reason is None and job.exit_code):
         return f"{where} exited with code {job.exit_code} ({job.event})"
+    if job.preempted:
+        return f"{where} was preempted ({job.event})"
     return f"{where} failed: {job.reason or 'unknown reason'} ({job.event})"
 
 

@@ -18,6 +18,9 @@ INSTANCE_UNREACHABLE = "instance_unreachable"
 """The job's host stopped answering for longer than the grace period."""
 INTERRUPTED = "interrupted_by_no_capacity"
 """A spot machine was taken back."""
+PREEMPTED = p.PREEMPTED
+"""The agent's reason for a job stopped to give its capacity back (a fleet's owner reclaiming
+borrowed GPUs): it ends `terminated`, yet it is an interruption, as a spot reclaim is."""
 
 EVENT_OF_REASON: dict[str, RetryEvent] = {
     NO_CAPACITY: "no-capacity",
@@ -25,12 +28,21 @@ EVENT_OF_REASON: dict[str, RetryEvent] = {
     # dstack files an unreachable host under `error`; here a host that dropped off (an SSH
     # host powered off, a machine lost) is an interruption of the job, not its own error.
     INSTANCE_UNREACHABLE: "interruption",
+    # a preemption takes capacity away as a spot reclaim does: both are interruptions
+    PREEMPTED: "interruption",
     p.CONTAINER_EXITED_WITH_ERROR: "error",
     p.CREATING_CONTAINER_ERROR: "error",
     p.EXECUTOR_ERROR: "error",
 }
 USER_STOPS = frozenset({p.TERMINATED_BY_USER, p.ABORTED_BY_USER})
 _FINISHED = frozenset(p.FINISHED_STATUSES)
+
+
+def preempted(reason: str | None) -> bool:
+    """Whether a termination reason is a preemption: the agent's `preempted`, or a job
+    record's `preempted: <message>`."""
+    return reason is not None and (reason == PREEMPTED or reason.startswith(PREEMPTED + ":"))
+
 
 Slot = tuple[int, int]
 """(replica, node) of a job."""
@@ -107,8 +119,14 @@ class JobOutcome(_Frozen):
         return self.reason in USER_STOPS
 
     @property
+    def preempted(self) -> bool:
+        """Stopped to give its capacity back: ended `terminated`, yet a failure (an
+        interruption) that a retry may restart."""
+        return preempted(self.reason)
+
+    @property
     def failed(self) -> bool:
-        """Ended by a failure (a user's or a limit's stop is not one)."""
+        """Ended by a failure (a user's or a limit's stop is not one; a preemption is)."""
         if self.reason in EVENT_OF_REASON:
             return True
         if self.status not in _FINISHED:
@@ -156,7 +174,8 @@ class RetryDecision(_Frozen):
     action: Literal["none", "resubmit", "wait", "fail"]
     """`none`: nothing to retry (nothing failed, or the user or a limit stopped it);
     `resubmit`: place `slots` again now; `wait`: until `at`, then ask again; `fail`: the run
-    fails with `reason` (`job_failed` or `retry_limit_exceeded`)."""
+    ends with `reason` (`job_failed` or `retry_limit_exceeded`: `failed`; `preempted`, a
+    preempted job no retry covers: `terminated`, its other active jobs in `stop`)."""
     state: RetryState
     """To store for the next tick (after acting on the decision)."""
     message: str = ""
@@ -167,5 +186,8 @@ class RetryDecision(_Frozen):
     stop: tuple[str, ...] = ()
     """Job ids still active among them: stop these before resubmitting."""
     at: float | None = None
-    reason: Literal["job_failed", "retry_limit_exceeded"] | None = None
+    reason: Literal["job_failed", "retry_limit_exceeded", "preempted"] | None = None
     event: RetryEvent | None = None
+    preempted: bool = False
+    """The failure acted on is a preemption (the run's first, for `wait` and `resubmit`):
+    the run waits `pending`, not `failed`."""

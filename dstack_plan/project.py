@@ -554,8 +554,8 @@ class Project:
         from dstack_plan.sharing.policy import published
         from dstack_plan.state.commit import commit_async
 
-        wanted = published(load_quotas(self.directory))
         current = (await asyncio.to_thread(self.backend.read)).state
+        wanted = published(load_quotas(self.directory), current.policy)
         if current.policy == wanted:
             return False
         await commit_async(self.backend, lambda s: s.model_copy(update={"policy": wanted}))

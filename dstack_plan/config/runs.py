@@ -80,12 +80,22 @@ class RunSpec(ResourceSpec, ProfileParams):
     namespace: ResourceName | None = None
     """Extension: the namespace whose quotas the run counts against (`.dstack/quotas.yml`);
     unset means `default`, and so does `default` (kept out of the normalised spec)."""
+    preemptible: bool | None = None
+    """Extension: a waiting run of the same project with a higher `priority` may preempt
+    this one's jobs (`watch/priority_preemption.py`); unset and `false` are the same (kept
+    out of the normalised spec): never preempted for a priority."""
 
     # dstack's parser reads null as "not set" only where its own field is optional
     null_kept: ClassVar[frozenset[str]] = frozenset(
         {"privileged", "home_dir", "env", "resources", "volumes", "repos", "files", "dstack"}
         | {"setup"}
     )
+
+    @field_validator("preemptible")
+    @classmethod
+    def _not_preemptible(cls, value: bool | None) -> bool | None:
+        # `preemptible: false` is what leaving it out means: the same spec, no diff
+        return value or None
 
     @field_validator("namespace")
     @classmethod

@@ -22,6 +22,8 @@ class BusyJob(NamedTuple):
     """The deployment key of the state it belongs to (None: not submitted by a project)."""
     run_name: str
     held: HostJob
+    ends_at: float | None = None
+    """When its `max_duration` ends it, by the host's clock (None: it has none)."""
 
 
 def busy_jobs(infos: Iterable[JobInfo], deployment: str) -> list[BusyJob]:
@@ -40,7 +42,10 @@ def busy_jobs(infos: Iterable[JobInfo], deployment: str) -> list[BusyJob]:
             owner += " (another project)"
         share = info.gpu_share if info.gpu_share is not None else WHOLE
         held = HostJob(owner, len(info.gpus), _host_ports(info, spec), share, tuple(info.gpus))
-        busy.append(BusyJob(None if theirs is None else str(theirs), info.run_name, held))
+        limit = spec.get("max_duration")
+        start = info.started_at or info.submitted_at
+        ends = start + float(limit) if isinstance(limit, int | float) and limit > 0 else None
+        busy.append(BusyJob(None if theirs is None else str(theirs), info.run_name, held, ends))
     return busy
 
 

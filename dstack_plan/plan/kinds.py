@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 IN_PLACE_FIELDS: dict[str, frozenset[str]] = {
-    "task": frozenset({"priority"}),
-    "service": frozenset({"replicas", "scaling", "groups", "priority"}),
-    "dev-environment": frozenset({"priority", "inactivity_duration"}),
+    "task": frozenset({"priority", "preemptible"}),
+    "service": frozenset({"replicas", "scaling", "groups", "priority", "preemptible"}),
+    "dev-environment": frozenset({"priority", "inactivity_duration", "preemptible"}),
     "fleet": frozenset(
         {
             "nodes",

@@ -114,6 +114,12 @@ class Placement(Frozen):
     (`note` says what it waits for); False with `placed` False: no host could ever take it."""
     note: str | None = None
     """Why the placement is uncertain or impossible (e.g. no host has enough GPUs)."""
+    estimated_start: float | None = None
+    """A pending run's earliest start (epoch seconds) by the max_durations of what runs and
+    the queue ahead; None: not pending, or not known (`note` says why)."""
+    preempts: tuple[str, ...] = ()
+    """The jobs the owner's watch would preempt for it (its project under its guarantee of
+    an exported fleet), as `PROJECT: ADDRESS (JOB ID)`."""
     offer: MachineOffer | None = None
     """A cloud fleet's: what its new machines will be; `price_per_hour` is then the whole
     fleet's after the change."""

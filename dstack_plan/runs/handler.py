@@ -46,6 +46,7 @@ from dstack_plan.runs.queueing import (
 from dstack_plan.runs.records import JobRecord, RunRecord
 from dstack_plan.runs.rollout import job_spec_hash, roll, rolls, stamped
 from dstack_plan.runs.scaling import kept_replicas, scaled_to_zero
+from dstack_plan.runs.share_gate import check_share
 from dstack_plan.runs.submission import PlacedJob, RunSubmission, Submitted, submit_jobs
 from dstack_plan.runs.usage import slot_gpus
 from dstack_plan.runs.user import current_user
@@ -152,6 +153,10 @@ class RunHandler(ResourceHandler):
                 raise ProviderError(fleet, "this apply cannot add machines to fleets")
             ctx.progress(change.address, f"bursting to {fleet}: {plural(burst.count, 'machine')}")
             state = await self._grow(fleet, burst, spec, ctx)
+        if self.machines.imports is not None:  # borrowing another project's fleet: fair share
+            gpus_asked = sum(slot_gpus(spec).values())
+            now = ctx.clock.now()
+            check_share(self.machines.imports, fleet, change.address, gpus_asked, state, now)
         machines = await self._placed(change, spec, fleet, state)
         generation = int(ctx.clock.now() * 1000)
         run = RunSubmission(

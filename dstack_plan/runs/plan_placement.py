@@ -28,6 +28,8 @@ from dstack_plan.plan.planner import DesiredItem
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.runs.placing import FleetPlacements, HostRun, place_on_fleet
+from dstack_plan.runs.plan_victims import with_victims
+from dstack_plan.runs.plan_wait import with_estimates
 from dstack_plan.sharing.imports import is_imported
 from dstack_plan.state.model import State
 
@@ -186,9 +188,17 @@ class RunPlacement:
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
             volumes = self._volume_sites(desired, state)
-            return place_on_fleet(
+            placed = place_on_fleet(
                 runs, load.candidates, load.busy, deployment, load.labels, load.bandwidth, volumes
             )
+            specs = {r.address: r.spec for r in runs}
+            now = self.clock.now()
+            estimated = with_estimates(
+                placed.placements, specs, fleet, load.candidates, load.busy, state, now
+            )
+            # on a fleet it exports with guarantees: what the owner's watch would preempt for it
+            named = await with_victims(self.machines, state, fleet, estimated, specs)
+            return placed._replace(placements=named)
         note = f"pending: no host of fleet {fleet!r} can take jobs now ({load.why_none()})"
         provider = "ssh" if fleet != LOCAL_FLEET else LOCAL_PROVIDER
         waiting = Placement(fleet=fleet, provider=provider, placed=False, pending=True, note=note)

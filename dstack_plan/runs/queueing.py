@@ -107,11 +107,14 @@ def pending_attributes(fleet: str, extra: dict[str, Any]) -> dict[str, Any]:
 
 
 _QUEUED_NOTE = "; queued: "
+ESTIMATE_NOTE = "estimated start: "
+"""How the plan's note of a pending run gives its estimated start (`runs/plan_wait.py`)."""
 
 
 def waiting_for(placement: Placement) -> str:
     """What a pending placement waits for (its note, without what `plan_note` added)."""
-    return (placement.note or "pending").split(_QUEUED_NOTE, 1)[0]
+    note = (placement.note or "pending").split(_QUEUED_NOTE, 1)[0]
+    return note.split(f"; {ESTIMATE_NOTE}", 1)[0]
 
 
 def plan_note(spec: object, placement: Placement, now: float) -> Placement:
@@ -131,9 +134,11 @@ def plan_note(spec: object, placement: Placement, now: float) -> Placement:
     if placement.pending and not placement.placed and waits_for_capacity(spec):
         assert spec.retry is not None
         wait = format_duration(spec.retry.duration)
+        found = (placement.note or "").split(_QUEUED_NOTE, 1)[0].split(f"; {ESTIMATE_NOTE}", 1)
+        estimate = f"; {ESTIMATE_NOTE}{found[1]}" if len(found) == 2 else ""
         note = (
-            f"{waiting_for(placement)}{_QUEUED_NOTE}dstack watch places it when room frees "
-            f"(retry on no-capacity for {wait})"
+            f"{waiting_for(placement)}{estimate}{_QUEUED_NOTE}dstack watch places it when room "
+            f"frees (retry on no-capacity for {wait})"
         )
         return placement.model_copy(update={"note": note})
     return placement

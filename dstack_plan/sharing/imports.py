@@ -45,6 +45,12 @@ class Imports:
         self._projects: ProjectsFile | None = None
         self._states: dict[str, State] = {}
 
+    def forget(self) -> None:
+        """Read `.dstack/projects.yml` and the owners' states again when next needed: a
+        long-lived process (watch) sees exports revoked and policies published since."""
+        self._projects = None
+        self._states.clear()
+
     @property
     def projects(self) -> ProjectsFile:
         """`.dstack/projects.yml`, read when first needed."""

@@ -1,7 +1,9 @@
 """The rules a leading watch carries out each tick, in the order it does them.
 
 The order matters: hosts found lost (and cloud machines found gone) fail their jobs first, so
-that the gang rule, the limits and the retry policy see those failures in the same tick; a
+that the gang rule, the limits and the retry policy see those failures in the same tick; the
+quotas, then fair share (borrowed GPUs of exported fleets preempted for a project under its
+guarantee), go before anything is placed; a
 rolling update goes before the retry policy, so that a new replica that fails ends its rollout
 (the old replicas serve on) rather than counting as the service's failure; queued and
 scheduled runs are placed after everything that frees room (and after services are scaled to
@@ -16,11 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dstack_plan.watch.enforce import LimitEnforcer
+from dstack_plan.watch.fair_share import FairShare
 from dstack_plan.watch.gangs import GangStops
 from dstack_plan.watch.idle_machines import IdleMachines
 from dstack_plan.watch.importer_quota import ImporterQuotaEnforcer
 from dstack_plan.watch.interruptions import Interruptions
 from dstack_plan.watch.pending import PendingRuns
+from dstack_plan.watch.priority_preemption import PriorityPreemption
 from dstack_plan.watch.quota import QuotaEnforcer
 from dstack_plan.watch.reachability import Reachability
 from dstack_plan.watch.retries import RetryPolicy
@@ -45,6 +49,8 @@ def default_actors(serving: Serving | None = None) -> list[Actor]:
         LimitEnforcer(),
         QuotaEnforcer(),
         ImporterQuotaEnforcer(),
+        FairShare(),
+        PriorityPreemption(),
         Rollout(),
         RetryPolicy(),
         pending := PendingRuns(),

@@ -113,6 +113,7 @@ class Watcher:
             True if self.lease is None else await asyncio.to_thread(self.lease.acquire_or_renew)
         )
         snapshot = await asyncio.to_thread(self.project.backend.read)
+        self.project.imports.forget()  # owners' exports and policies as they are now
         refresh = await self.project.refresh(snapshot)
         before = snapshot.state
         after = refresh.state

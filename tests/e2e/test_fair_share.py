@@ -4,7 +4,7 @@ watch preempts ml's newest job, which gets SIGTERM and its grace to write a chec
 watch sends that run back to `pending` (preempted) and does not place it again while platform
 waits for the GPU (no preemption loop); platform's run is placed; once it is done, ml's run
 starts again and resumes from its checkpoint. Real sshd hosts with fake GPUs, both watches
-in-process on fake clocks, ticked by hand."""
+in-process on fake clocks, ticked by hand; ml's state in S3 (moto), platform's a local file."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from tests.e2e.conftest import Dstack
 from tests.e2e.test_fleet_exports import _projects_file, _rows
 from tests.e2e.test_local_flow import state
 from tests.e2e.test_ssh_fleet import fleet_text, remote  # noqa: F401 - fixture
+from tests.infra.moto_server import REGION, S3Bucket
 from tests.infra.ssh_hosts import SSHTestHosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.timeout(600)]
@@ -64,17 +65,28 @@ def test_a_project_under_its_guarantee_reclaims_borrowed_gpus_by_graceful_preemp
     remote: Path,  # noqa: F811
     cli_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
+    s3_bucket: S3Bucket,
 ) -> None:
     platform, ml = tmp_path / "platform", tmp_path / "ml"
     for directory in (platform, ml):
         (directory / ".dstack").mkdir(parents=True)
+    # ml keeps its state in S3 (moto): platform's watch reads it there, never writes it
+    bucket = s3_bucket
+    ml_state = bucket.url("ml/state.json")
+    cli_env.update(bucket.env)
+    for name, value in bucket.env.items():
+        monkeypatch.setenv(name, value)
+    (ml / ".dstack" / "backend.yml").write_text(
+        f"backend: s3\nbucket: {bucket.name}\nkey: ml/state.json\nregion: {REGION}\n"
+        f"endpoint_url: {bucket.endpoint_url}\n"
+    )
     (platform / "fleet.dstack.yml").write_text(fleet_text(ssh_hosts, "gpu", "gpu", "gpu2"))
     (platform / ".dstack" / "quotas.yml").write_text(
         "projects:\n  platform: {guarantee: 50%}\n  ml: {guarantee: 1}\n"
     )
     _ok(dstack("apply", "-y", cwd=platform))
     _ok(dstack("export", "create", "share", "--fleet", "gpu", "--importer",
-               f"ml={ml}/.dstack/state.json", cwd=platform))  # fmt: skip
+               f"ml={ml_state}", cwd=platform))  # fmt: skip
 
     # ml borrows: one job within its guarantee, the newer one on platform's idle GPU
     _projects_file(ml, platform, ssh_hosts.client_key)
@@ -105,6 +117,7 @@ def test_a_project_under_its_guarantee_reclaims_borrowed_gpus_by_graceful_preemp
     for name in ("HOME", "DSTACK_PLAN_SSH_AGENT_DIR", "DSTACK_PLAN_AGENT_DIR"):
         monkeypatch.setenv(name, cli_env[name])
     asyncio.run(_scenario(dstack, platform, ml, ckpt))
+    assert not (ml / ".dstack" / "state.json").exists()  # it was S3's all along
 
 
 async def _scenario(dstack: Dstack, platform: Path, ml: Path, ckpt: Path) -> None:

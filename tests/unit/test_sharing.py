@@ -3,15 +3,19 @@ owner's fleet (its own SSH identity, the owner's pins)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from dstack_plan.config.loader import load_text
 from dstack_plan.config.quotas import ProjectQuota, parse_quotas
+from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import ConfigError, DstackPlanError
 from dstack_plan.scheduler.quotas import Ask, Usage, check_project, project_over_daily
 from dstack_plan.sharing.exports import created, deleted, importer_of, updated
-from dstack_plan.sharing.imports import Imports, NotImported, importer_ssh_config
+from dstack_plan.sharing.imports import Imports, NotImported, importer_ssh_config, is_imported
 from dstack_plan.sharing.policy import limits_for, published
 from dstack_plan.sharing.projects_file import ProjectsFile, SSHIdentity, load_projects
 from dstack_plan.state.codec import parse_state
@@ -176,3 +180,35 @@ def test_a_guarantee_is_a_gpu_count_or_a_percent() -> None:
     with pytest.raises(ConfigError, match="invalid project name"):
         parse_quotas("projects:\n  m l: {gpus: 1}\n")
     assert parse_quotas("projects:\n  ml: {guarantee: 2}\n").projects["ml"].guarantee == 2
+
+
+def test_dstack_s_cross_project_fleet_references_load_and_resolve(tmp_path: Path) -> None:
+    """Every run of the conformance cases (from dstack's docs and parser) that dstack accepts
+    and that names another project's fleet loads here, and resolves once `.dstack/projects.yml`
+    names that project and it exports the fleet to this one."""
+    conformance = Path(__file__).resolve().parent.parent / "conformance"
+    cases = yaml.safe_load((conformance / "references.yml").read_text())
+    verdicts = json.loads((conformance / "references.verdicts.json").read_text())
+    resolved = 0
+    for case in cases:
+        text = case["config"]
+        if verdicts.get(case["name"], {}).get("dstack") != "accept" or "fleets:" not in text:
+            continue
+        [resource], issues = load_text(text, "c.dstack.yml")
+        assert not issues, case["name"]
+        spec = resource.spec
+        if not isinstance(spec, RunSpec):
+            continue
+        for name in (n for n in spec.placement_fleets() if is_imported(n)):
+            owner, _, fleet = name.partition("/")
+            owner_dir, ml_dir = tmp_path / case["name"] / owner, tmp_path / case["name"] / "ml"
+            (ml_dir / ".dstack").mkdir(parents=True, exist_ok=True)
+            (ml_dir / ".dstack" / "projects.yml").write_text(
+                f"projects:\n  {owner}:\n    state: {owner_dir}/state.json\n"
+            )
+            backend = LocalBackend(owner_dir / "state.json")
+            shared = created(State.empty().with_resource(_fleet(fleet)), "e", [fleet], [], [ML])
+            backend.write(shared, backend.read().version)
+            assert Imports(ml_dir, "ml").fleet(name, placing=True).name == fleet
+            resolved += 1
+    assert resolved >= 2  # `fleets: [team/gpu]` and `fleets: [{project: team, name: gpu}]`

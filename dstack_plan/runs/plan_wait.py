@@ -4,7 +4,8 @@ For each run its fleet has no room for now (pending), the plan adds an estimated
 start (`scheduler/eta.py`): the GPUs the jobs on the fleet's hosts give back when their
 `max_duration`s end, after the runs queued ahead of it (those already queued in state for
 the fleet, oldest first, then those this plan queues before it) have taken theirs. Unknown
-when a job it must wait for has no `max_duration`.
+when a job it must wait for has no `max_duration`. A run whose GPUs are free now waits for
+something else (a host port): it gets no estimate.
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ def with_estimates(
         spec = specs[address]
         need = max(slot_gpus(spec).values(), default=0.0)
         estimate = earliest_start(need, free, freeing, ahead, now)
+        ahead.append(Ahead(need, _duration(spec)))
+        if need <= 0 or (estimate.at is not None and estimate.at <= now):
+            continue  # it waits for something else than GPUs (host ports): not estimated
         when = ESTIMATE_NOTE + (_shown(estimate.at, now) if estimate.at else estimate.why)
         note = f"{placement.note}; {when}" if placement.note else when
         result[address] = placement.model_copy(
             update={"estimated_start": estimate.at, "note": note}
         )
-        ahead.append(Ahead(need, _duration(spec)))
     return result
 
 
@@ -77,10 +80,8 @@ def _duration(spec: RunSpec) -> float | None:
 
 
 def _shown(at: float, now: float) -> str:
-    """`2026-12-06 10:30 UTC (in 1h 5m) at the latest`."""
+    """`2026-12-06 10:30 UTC (in 1h5m0s) at the latest, by the max_durations`."""
     from dstack_plan.apply.events import format_duration
 
     when = datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    if at <= now:
-        return f"now ({when})"
     return f"{when} (in {format_duration(at - now)}) at the latest, by the max_durations"

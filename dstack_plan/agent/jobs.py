@@ -48,7 +48,7 @@ from dstack_plan.agent.protocol import (
 from dstack_plan.agent.runtimes.base import Runtime, StartError
 from dstack_plan.agent.runtimes.docker_runtime import DockerRuntime
 from dstack_plan.agent.runtimes.process_runtime import ProcessRuntime
-from dstack_plan.agent.spec import parse_job_spec
+from dstack_plan.agent.spec import JobSpec, parse_job_spec
 from dstack_plan.agent.timers import Timers
 
 log = logging.getLogger(__name__)
@@ -330,6 +330,14 @@ class JobManager:
                 raise ApiError(
                     409, f"id: a different job with id {spec.id} exists", "id", "conflict"
                 )
+            # the host's ports are arbitrated here as its GPUs are: two projects placing on
+            # this host at one moment both saw them free; the second is told, not started
+            taken = self._ports_taken(spec)
+            if taken:
+                held = ", ".join(f"{port} (job {job})" for port, job in sorted(taken.items()))
+                raise ApiError(
+                    409, f"ports: host ports in use: {held}", "ports", "ports_unavailable"
+                )
             try:
                 request = spec.gpus if isinstance(spec.gpus, tuple) else spec.gpu_count
                 gpus = self._gpus.allocate(spec.id, request, spec.gpu_share)
@@ -451,6 +459,22 @@ class JobManager:
         threading.Thread(target=action, args=(job,), name=f"stop-{job.id}", daemon=True).start()
         return info
 
+    def _ports_taken(self, spec: JobSpec) -> dict[int, str]:
+        """The host ports `spec` binds that an unfinished job binds already (port -> its
+        job id). Called under the lock."""
+        wanted = _host_ports(spec)
+        if not wanted:
+            return {}
+        taken: dict[int, str] = {}
+        for job in self._jobs.values():
+            if job.finished:
+                continue
+            published = {p.get("host_port") for p in job.ports}
+            held = _host_ports(job.spec) | {p for p in published if isinstance(p, int)}
+            for port in held & wanted:
+                taken[port] = job.id
+        return taken
+
     def touch(self, job_id: str) -> dict[str, Any]:
         """Record that someone uses the job now (`last_activity_at`: what watch's
         inactivity_duration counts from); a finished job is left as it is."""
@@ -506,3 +530,11 @@ class JobManager:
             if job.runtime == RUNTIME_PROCESS:
                 self.runtimes[RUNTIME_PROCESS].shutdown(job)
                 self.finish(job, EXECUTOR_ERROR, "agent stopped while the process was running")
+
+
+def _host_ports(spec: JobSpec) -> set[int]:
+    """The host ports a job binds: every port on the host network, else those it publishes
+    on a fixed host port (Docker picks the others)."""
+    if spec.network_mode == "host":
+        return {p.container_port for p in spec.ports}
+    return {p.host_port for p in spec.ports if p.host_port is not None}

@@ -11,9 +11,8 @@ winner's jobs, and submits again: on another host when one has room, else it rai
 `NoCapacity` naming the conflict, which queues a run whose `retry` covers no-capacity and
 fails any other with a one-line error (`RunHandler.create`).
 
-Host ports are not arbitrated here: the agent has no such refusal. A job's host ports are
-taken when its process or container starts, after the submit was accepted, so a port conflict
-shows as a job that fails to start, not as an answer to the submit.
+Host ports are arbitrated the same way: the agent refuses a job whose host ports an unfinished
+job binds (409 `ports_unavailable`), and the loser is placed again as for GPUs.
 """
 
 from __future__ import annotations
@@ -42,6 +41,8 @@ reason, and watch places it when room frees."""
 GPUS_UNAVAILABLE = "gpus_unavailable"
 """The agent's error code for a job whose GPUs are held by others at the moment of its submit
 (409; 422 with the same code means the host never has them: not a race)."""
+PORTS_UNAVAILABLE = "ports_unavailable"
+"""The agent's error code for a job whose host ports an unfinished job binds (409)."""
 CONFLICT = "GPUs taken by another submission at the same moment"
 """How a run that lost every race says why it waits (or failed)."""
 MAX_CONCURRENT_WITHDRAWALS = 16
@@ -61,8 +62,9 @@ AgentOf = Callable[[str], Awaitable[AgentClient]]
 
 
 def lost_race(error: AgentError) -> bool:
-    """Whether the agent refused a submit only because another job holds its GPUs now."""
-    return error.status == 409 and error.code == GPUS_UNAVAILABLE
+    """Whether the agent refused a submit only because another job holds its GPUs or host
+    ports now."""
+    return error.status == 409 and error.code in (GPUS_UNAVAILABLE, PORTS_UNAVAILABLE)
 
 
 async def admit(

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from dstack_plan.agent import daemon
-from dstack_plan.agent.api_models import JobSpec
+from dstack_plan.agent.api_models import JobSpec, PortMapping
 from dstack_plan.agent.client import AgentClient
 from dstack_plan.agent.daemon import self_command
 from dstack_plan.agent.datadir import DataDir
@@ -133,6 +133,28 @@ async def test_submit_is_idempotent_per_id(agent: AgentProcess) -> None:
         await client.get_job("same")
     assert e.value.status == 404
     assert not (agent.data_dir / "jobs" / "same").exists()
+
+
+async def test_a_host_port_an_unfinished_job_binds_is_refused_until_it_ends(
+    agent: AgentProcess,
+) -> None:
+    """Two projects placing on one host at one moment both saw port 18301 free: the agent
+    admits the first and answers the second 409 `ports_unavailable`, naming the port and the
+    job holding it; once that job has ended the port is free again."""
+    client = agent.client()
+    port = [PortMapping(container_port=18301)]
+    await client.submit(JobSpec(id="first", run_name="a", commands=["sleep 30"], ports=port))
+    with pytest.raises(AgentError) as e:
+        await client.submit(JobSpec(id="second", run_name="b", commands=["sleep 30"], ports=port))
+    assert (e.value.status, e.value.code) == (409, "ports_unavailable")
+    assert "18301 (job first)" in str(e.value)
+    other = [PortMapping(container_port=18302)]
+    await client.submit(JobSpec(id="third", run_name="c", commands=["sleep 30"], ports=other))
+    await client.stop("first", timeout=0)
+    await client.delete("first", force=True)
+    await client.submit(JobSpec(id="second", run_name="b", commands=["sleep 30"], ports=port))
+    for job in ("second", "third"):
+        await client.delete(job, force=True)
 
 
 async def test_client_gives_up_after_bounded_retries() -> None:

@@ -460,14 +460,18 @@ class JobManager:
         return info
 
     def _ports_taken(self, spec: JobSpec) -> dict[int, str]:
-        """The host ports `spec` binds that an unfinished job binds already (port -> its
-        job id). Called under the lock."""
+        """The host ports `spec` binds that an unfinished job of another run binds already
+        (port -> its job id). A job of the same run (its labels' deployment and address: an
+        older generation, which a create-before-destroy replacement keeps until the new one
+        runs) is the caller's to order, as placement leaves a run's own jobs out. Called under
+        the lock."""
         wanted = _host_ports(spec)
         if not wanted:
             return {}
+        run = _run_of(spec)
         taken: dict[int, str] = {}
         for job in self._jobs.values():
-            if job.finished:
+            if job.finished or (run is not None and _run_of(job.spec) == run):
                 continue
             published = {p.get("host_port") for p in job.ports}
             held = _host_ports(job.spec) | {p for p in published if isinstance(p, int)}
@@ -538,3 +542,9 @@ def _host_ports(spec: JobSpec) -> set[int]:
     if spec.network_mode == "host":
         return {p.container_port for p in spec.ports}
     return {p.host_port for p in spec.ports if p.host_port is not None}
+
+
+def _run_of(spec: JobSpec) -> tuple[str, str] | None:
+    """(deployment, address) of the run a job belongs to, from its labels; None without."""
+    deployment, address = spec.labels.get("deployment"), spec.labels.get("address")
+    return (deployment, address) if deployment and address else None

@@ -150,10 +150,16 @@ async def test_a_host_port_an_unfinished_job_binds_is_refused_until_it_ends(
     assert "18301 (job first)" in str(e.value)
     other = [PortMapping(container_port=18302)]
     await client.submit(JobSpec(id="third", run_name="c", commands=["sleep 30"], ports=other))
+    # the same run's next generation (a create-before-destroy replacement) is its own to order
+    run = {"deployment": "d1", "address": "service.web"}
+    mine = [PortMapping(container_port=18303)]
+    for job in ("web-old", "web-new"):
+        spec = JobSpec(id=job, run_name="web", commands=["sleep 30"], ports=mine, labels=run)
+        await client.submit(spec)
     await client.stop("first", timeout=0)
     await client.delete("first", force=True)
     await client.submit(JobSpec(id="second", run_name="b", commands=["sleep 30"], ports=port))
-    for job in ("second", "third"):
+    for job in ("second", "third", "web-old", "web-new"):
         await client.delete(job, force=True)
 
 

@@ -111,3 +111,31 @@ def test_an_importer_may_not_borrow_while_another_project_under_its_guarantee_wa
     check_share(imports, "platform/gpu", "task.a", 1, State.empty(), 0.0)  # its guarantee
     with pytest.raises(NoCapacity, match="platform is 1 GPUs under its guarantee and waits"):
         check_share(imports, "platform/gpu", "task.a", 2, State.empty(), 0.0)
+
+
+def test_the_owner_borrowing_its_own_exported_fleet_waits_for_an_importer_under_guarantee(
+    tmp_path: Path,
+) -> None:
+    """The owner is one of its fleet's projects: beyond its guarantee it borrows, and is held
+    back while an importer under its guarantee waits (as its watch published)."""
+    fleet = ResourceState.model_validate(
+        {"kind": "fleet", "name": "gpu", "provider": "ssh", "status": "active",
+         "spec": {"type": "fleet", "name": "gpu", "ssh_config": {"user": "u", "hosts": []}},
+         "attributes": {"hosts": [
+             {"name": h, "hostname": h, "instance_id": f"ssh:{h}",
+              "resources": ONE_GPU.model_dump(mode="json")} for h in ("h1", "h2")]},
+         "created_at": T0, "updated_at": T0}
+    )  # fmt: skip
+    export = Export(name="e", fleets=("gpu",), importers=(Importer(project="ml", state="/x"),))
+    policy = {
+        "projects": {"ml": {"guarantee": 1}, "platform": {"guarantee": 1}},
+        "waiting": {"gpu": {"ml": 1}},
+    }
+    owner = State.empty().with_resource(fleet)
+    owner = owner.model_copy(update={"exports": {"e": export}, "policy": policy})
+    imports = Imports(tmp_path, "platform")
+    check_share(imports, "gpu", "task.a", 1, owner, 0.0)  # within its guarantee
+    with pytest.raises(NoCapacity, match="ml is 1 GPUs under its guarantee and waits"):
+        check_share(imports, "gpu", "task.a", 2, owner, 0.0)
+    unshared = owner.model_copy(update={"exports": {}})
+    check_share(imports, "gpu", "task.a", 2, unshared, 0.0)  # a fleet nobody shares

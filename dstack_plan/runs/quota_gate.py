@@ -99,11 +99,19 @@ def _owners_limits(
     return found
 
 
-def hold_for_quota(project_dir: str | Path, state: State, run: ResourceState, now: float) -> None:
+def hold_for_quota(
+    project_dir: str | Path,
+    state: State,
+    run: ResourceState,
+    now: float,
+    imports: Imports | None = None,
+) -> None:
     """Raise QuotaHold when starting the queued or scheduled `run` now (all its jobs) would
-    take its namespace or user over a limit; its own earlier jobs hold nothing any more."""
+    take its namespace or user over a limit, or, on another project's fleet, this project over
+    the limits that project published; its own earlier jobs hold nothing any more."""
     quotas = load_quotas(project_dir)
-    if not quotas.namespaces:
+    fleet = RunRecord.of(run).fleet
+    if not quotas.namespaces and (imports is None or not is_imported(fleet)):
         return
     spec = _spec(run.kind, run.spec)
     record = RunRecord.of(run)
@@ -114,7 +122,10 @@ def hold_for_quota(project_dir: str | Path, state: State, run: ResourceState, no
         gpus=run_gpus(spec),
         cost_per_hour=record.price_per_hour,
     )
-    violations = _violations(quotas, state, now, [ask], {run.address})
+    violations = _violations(quotas, state, now, [ask], {run.address}) if quotas.namespaces else []
+    if imports is not None:
+        fleets = {run.address: fleet}
+        violations += _owners_limits(imports, state, now, [ask], fleets, {run.address})
     if violations:
         why = "; ".join(v.text() for v in violations)
         raise QuotaHold(record.fleet, f"over quota: {why}", run.address)

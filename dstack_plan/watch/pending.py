@@ -147,7 +147,7 @@ class PendingRuns:
             return None
         ctx = tick.project.context(tick.state)
         try:
-            hold_for_quota(tick.project.directory, tick.state, run, tick.now)
+            hold_for_quota(tick.project.directory, tick.state, run, tick.now, tick.project.imports)
             placed = await restart_run(tick.project, run, ctx, read=tick.read)
         except NoCapacity as e:  # or QuotaHold: over a quota, it waits as for room
             attempts = decision.state.attempts
@@ -194,7 +194,9 @@ class PendingRuns:
         )
         ctx = tick.project.context(tick.state)
         try:
-            hold_for_quota(tick.project.directory, tick.state, with_record, tick.now)
+            hold_for_quota(
+                tick.project.directory, tick.state, with_record, tick.now, tick.project.imports
+            )
             placed = await restart_run(tick.project, with_record, ctx, read=tick.read)
         except NoCapacity as e:  # or QuotaHold
             if waits_for_capacity(spec):

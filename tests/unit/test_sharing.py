@@ -13,6 +13,7 @@ from dstack_plan.config.loader import load_text
 from dstack_plan.config.quotas import ProjectQuota, parse_quotas
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import ConfigError, DstackPlanError
+from dstack_plan.runs.quota_gate import QuotaHold, hold_for_quota
 from dstack_plan.scheduler.quotas import Ask, Usage, check_project, project_over_daily
 from dstack_plan.sharing.exports import created, deleted, importer_of, updated
 from dstack_plan.sharing.imports import Imports, NotImported, importer_ssh_config, is_imported
@@ -212,3 +213,28 @@ def test_dstack_s_cross_project_fleet_references_load_and_resolve(tmp_path: Path
             assert Imports(ml_dir, "ml").fleet(name, placing=True).name == fleet
             resolved += 1
     assert resolved >= 2  # `fleets: [team/gpu]` and `fleets: [{project: team, name: gpu}]`
+
+
+def test_a_queued_run_on_an_owner_s_fleet_waits_while_its_project_is_at_the_owner_s_limit(
+    tmp_path: Path,
+) -> None:
+    """What watch checks before it starts a queued run: the owner's published limits for this
+    project, as the plan checks them."""
+    owner_dir, ml_dir = tmp_path / "platform", tmp_path / "ml"
+    (ml_dir / ".dstack").mkdir(parents=True)
+    (ml_dir / ".dstack" / "projects.yml").write_text(
+        f"projects:\n  platform:\n    state: {owner_dir}/state.json\n"
+    )
+    backend = LocalBackend(owner_dir / "state.json")
+    policy = published(parse_quotas("projects:\n  ml: {gpus: 0}\n"))
+    backend.write(_owner().model_copy(update={"policy": policy}), backend.read().version)
+    now = timestamp(RecordingClock())
+    run = ResourceState(
+        kind="task", name="train", provider="ssh", status="pending",
+        spec={"type": "task", "name": "train", "commands": ["x"], "resources": {"gpu": 1}},
+        attributes={"fleet": "platform/gpu", "jobs": []}, created_at=now, updated_at=now,
+    )  # fmt: skip
+    imports = Imports(ml_dir, "ml")
+    with pytest.raises(QuotaHold, match="project ml: gpus limit 0, 0 in use, task.train asks 1"):
+        hold_for_quota(ml_dir, State.empty().with_resource(run), run, 0.0, imports)
+    hold_for_quota(ml_dir, State.empty().with_resource(run), run, 0.0)  # no imports: none

@@ -50,8 +50,11 @@ def check_plan(
     quota of `.dstack/quotas.yml` on top of what `state` records (see the module docstring),
     or, on another project's fleet, the limits that project published for this one."""
     quotas = load_quotas(project_dir)
-    if not quotas.namespaces and imports is None:
-        return
+    on_imported = imports is not None and any(
+        c.placement is not None and is_imported(c.placement.fleet) for c in plan.changes
+    )
+    if not quotas.namespaces and not on_imported:
+        return  # nothing limits this plan: no run is looked at
     who = user or current_user()
     asks: list[Ask] = []
     fleets: dict[str, str] = {}  # address -> the fleet a run that asks goes to
@@ -68,7 +71,7 @@ def check_plan(
         elif change.action is Action.UPDATE:
             released.discard(change.address)  # it keeps what it holds, as it holds it
     violations = _violations(quotas, state, now, asks, released) if quotas.namespaces else []
-    if imports is not None:
+    if imports is not None and on_imported:
         violations += _owners_limits(imports, state, now, asks, fleets, released)
     if violations:
         raise PlanError("\n".join(v.text() for v in violations))

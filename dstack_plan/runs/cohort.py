@@ -23,7 +23,7 @@ from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.base import MachineResources
 from dstack_plan.runs.records import RunRecord
 from dstack_plan.runs.usage import slot_gpus
-from dstack_plan.scheduler.fair_share import EPSILON, Held, Tenant, gpu_amount, reclaim
+from dstack_plan.scheduler.fair_share import EPSILON, Held, Tenant, gpu_amount, reclaim, usage
 from dstack_plan.scheduler.packing import HostState, Shape
 from dstack_plan.state.model import ResourceState, State
 
@@ -54,10 +54,7 @@ class Cohort(NamedTuple):
 
     def used(self) -> dict[str, float]:
         """GPUs each tenant holds."""
-        found: dict[str, float] = {}
-        for h in self.held:
-            found[h.tenant] = found.get(h.tenant, 0.0) + h.gpus
-        return found
+        return usage(self.held)
 
 
 def cohort(
@@ -74,10 +71,7 @@ def cohort(
     runs name this fleet (`gpu` for the owner, `owner/gpu` for an importer). `limits`: the
     owner's `projects:` entries."""
     capacity = float(sum(len(r.gpus) for r in hosts.values()))
-    tenants = tuple(
-        Tenant.of(name, _guarantee(limits.get(name)), capacity, _borrowing(limits.get(name)))
-        for name in sorted(tenant_states)
-    )
+    tenants = tuple(tenant_of(name, limits.get(name), capacity) for name in sorted(tenant_states))
     by_deployment = {_deployment_of(state): name for name, (state, _) in tenant_states.items()}
     held: list[Held] = []
     free: dict[str, HostState] = {}
@@ -89,18 +83,18 @@ def cohort(
         for info in jobs or ():
             if info.finished:
                 continue
-            share = info.gpu_share if info.gpu_share is not None else WHOLE
+            share = _share(info)
             for index in info.gpus:
                 if 0 <= index < len(gpus):
                     gpus[index] = max(0, gpus[index] - share)
             if info.gpus:
-                tenant = by_deployment.get(_label(info, "deployment") or "", UNKNOWN)
+                tenant = by_deployment.get(job_label(info, "deployment") or "", UNKNOWN)
                 held.append(
                     Held(
                         job=info.id,
                         tenant=tenant,
                         host=host,
-                        gpus=len(info.gpus) * share / WHOLE,
+                        gpus=listed_gpus(info),
                         started_at=info.started_at or info.submitted_at,
                         preemptible=tenant != UNKNOWN and info.status.value != "terminating",
                         gpu_indices=tuple(info.gpus),
@@ -123,19 +117,28 @@ def job_shape(gpus: float) -> Shape:
     return Shape(gpus=round(gpus))
 
 
-def _guarantee(quota: ProjectQuota | None) -> str | float:
-    return 0.0 if quota is None or quota.guarantee is None else quota.guarantee
-
-
-def _borrowing(quota: ProjectQuota | None) -> float | None:
-    return None if quota is None else quota.borrowing_limit
+def tenant_of(name: str, quota: ProjectQuota | None, capacity: float) -> Tenant:
+    """Project `name` as a tenant of a fleet of `capacity` GPUs, by its `projects:` entry
+    (none: no guarantee, no borrowing limit)."""
+    guarantee = 0.0 if quota is None or quota.guarantee is None else quota.guarantee
+    return Tenant.of(name, guarantee, capacity, None if quota is None else quota.borrowing_limit)
 
 
 def _deployment_of(state: State) -> str:
     return deployment_key(state.lineage)
 
 
-def _label(info: JobInfo, key: str) -> str | None:
+def listed_gpus(info: JobInfo) -> float:
+    """The GPUs a listed job holds, a share of one as its fraction."""
+    return len(info.gpus) * _share(info) / WHOLE
+
+
+def _share(info: JobInfo) -> int:
+    return info.gpu_share if info.gpu_share is not None else WHOLE
+
+
+def job_label(info: JobInfo, key: str) -> str | None:
+    """A label of a listed job (`deployment`, `address`): who submitted it, and its run."""
     labels = info.spec.get("labels") if isinstance(info.spec, dict) else None
     value = labels.get(key) if isinstance(labels, dict) else None
     return value if isinstance(value, str) else None

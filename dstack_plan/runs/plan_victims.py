@@ -16,7 +16,7 @@ from dstack_plan.config.quotas import load_quotas
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.fleets.machines import FleetMachines
 from dstack_plan.plan.model import Placement
-from dstack_plan.runs.cohort import job_shape
+from dstack_plan.runs.cohort import job_label, job_shape
 from dstack_plan.runs.cohort_gather import gather_cohort, importer_states
 from dstack_plan.runs.usage import slot_gpus
 from dstack_plan.scheduler.fair_share import reclaim
@@ -42,7 +42,7 @@ async def with_victims(
     if not any(q.guarantee is not None for q in quotas.projects.values()):
         return result
     owner = imports.project
-    importers = await importer_states(state)
+    importers = await importer_states(imports, state)
     found = await gather_cohort(machines, owner, state, fleet, quotas, importers)
     if found is None:
         return result
@@ -53,16 +53,14 @@ async def with_victims(
             continue
         victims = reclaim(owner, job_shape(largest), c.tenants, c.held, c.free)
         if victims:
-            named = tuple(
-                f"{v.tenant}: {_address(infos.get(v.job), v.job)} ({v.job})" for v in victims
-            )
+            named = tuple(f"{v.tenant}: {_address(infos, v.job)} ({v.job})" for v in victims)
             placement = result[address]
             note = f"{placement.note}; would preempt {', '.join(named)} (under its guarantee)"
             result[address] = placement.model_copy(update={"preempts": named, "note": note})
     return result
 
 
-def _address(info: JobInfo | None, job: str) -> str:
-    labels = info.spec.get("labels") if info is not None and isinstance(info.spec, dict) else None
-    named = labels.get("address") if isinstance(labels, dict) else None
-    return named if isinstance(named, str) else job
+def _address(infos: Mapping[str, JobInfo], job: str) -> str:
+    """The run address a listed job carries, else its id."""
+    info = infos.get(job)
+    return (job_label(info, "address") if info is not None else None) or job

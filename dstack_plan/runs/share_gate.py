@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.fleets.records import FleetRecord
+from dstack_plan.runs.cohort import tenant_of
 from dstack_plan.runs.queueing import NoCapacity
 from dstack_plan.runs.records import RunRecord
 from dstack_plan.runs.usage import run_usage
-from dstack_plan.scheduler.fair_share import Held, Tenant, admit
+from dstack_plan.scheduler.fair_share import Held, admit
 from dstack_plan.sharing.imports import SEPARATOR, Imports, is_imported
 from dstack_plan.sharing.policy import PROJECTS_KEY, limits_for, waiting_on
 from dstack_plan.state.model import ResourceState, State
@@ -52,7 +53,9 @@ def check_share(
     capacity = float(
         sum(len(h.resources.gpus) for h in FleetRecord.of(entry).hosts if h.resources)
     )
-    tenants = [_tenant(owner, owner_state, p, capacity) for p in _projects(owner_state)]
+    tenants = [
+        tenant_of(p, limits_for(owner, owner_state, p), capacity) for p in _projects(owner_state)
+    ]
     holding = sum(
         run_usage(r, now).gpus
         for r in state.resources.values()
@@ -71,10 +74,3 @@ def check_share(
 def _projects(state: State) -> list[str]:
     projects = state.policy.get(PROJECTS_KEY)
     return sorted(projects) if isinstance(projects, dict) else []
-
-
-def _tenant(owner: str, state: State, project: str, capacity: float) -> Tenant:
-    quota = limits_for(owner, state, project)
-    guarantee = quota.guarantee if quota is not None and quota.guarantee is not None else 0.0
-    limit = quota.borrowing_limit if quota is not None else None
-    return Tenant.of(project, guarantee, capacity, limit)

@@ -44,12 +44,25 @@ class Imports:
         self.project = project
         self._projects: ProjectsFile | None = None
         self._states: dict[str, State] = {}
+        """Other projects' states by location, read once per command (per watch tick)."""
 
     def forget(self) -> None:
-        """Read `.dstack/projects.yml` and the owners' states again when next needed: a
-        long-lived process (watch) sees exports revoked and policies published since."""
+        """Read `.dstack/projects.yml` and the other projects' states again when next
+        needed: a long-lived process (watch) sees exports revoked and policies published
+        since."""
         self._projects = None
         self._states.clear()
+
+    def state_at(self, location: str) -> State:
+        """The state at `location` (a path, relative to this project, or an `s3://` URL),
+        read once until `forget`; DstackPlanError when it cannot be read. The one read of
+        another project's state: an owner's (this project imports) or an importer's (this
+        project is the owner)."""
+        cached = self._states.get(location)
+        if cached is None:
+            cached = backend_at(parse_where(location, self.project_dir)).read().state
+            self._states[location] = cached
+        return cached
 
     @property
     def projects(self) -> ProjectsFile:
@@ -61,9 +74,6 @@ class Imports:
     def state_of(self, owner: str) -> State:
         """The state of project `owner`, read once; NotImported naming the project and the
         location when it is not listed or cannot be read."""
-        cached = self._states.get(owner)
-        if cached is not None:
-            return cached
         other = self.projects.projects.get(owner)
         if other is None:
             known = ", ".join(sorted(self.projects.projects)) or "none"
@@ -72,14 +82,11 @@ class Imports:
                 "the location of its state (`state: s3://...` or a path)"
             )
         try:
-            backend = backend_at(parse_where(other.state, self.project_dir))
-            state = backend.read().state
+            return self.state_at(other.state)
         except DstackPlanError as e:
             raise NotImported(
                 f"project {owner!r}: cannot read its state at {other.state}: {e}"
             ) from None
-        self._states[owner] = state
-        return state
 
     def fleet(self, qualified: str, *, placing: bool) -> ResourceState:
         """The state entry of fleet `owner/name` as this project reaches it (its own SSH

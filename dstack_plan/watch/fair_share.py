@@ -23,15 +23,14 @@ import logging
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.protocol import PREEMPTED
 from dstack_plan.config.quotas import load_quotas
-from dstack_plan.errors import DstackPlanError
 from dstack_plan.runs.cohort import Cohort, Waiting, reclaims
 from dstack_plan.runs.cohort_gather import gather_cohort, importer_states
-from dstack_plan.runs.records import run_span_id
 from dstack_plan.scheduler.fair_share import Held
 from dstack_plan.sharing.policy import with_waiting
 from dstack_plan.state.commit import commit_async
-from dstack_plan.state.events import Event, span_id
+from dstack_plan.state.events import Event
 from dstack_plan.state.model import State
+from dstack_plan.watch.job_stops import stop_listed
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ class FairShare:
             await _publish(tick, {})  # nothing is reclaimed: nothing is waited for
             return acted
         owner = tick.project.name
-        states = await importer_states(tick.state)
+        states = await importer_states(tick.project.imports, tick.state)
         waiting: dict[str, dict[str, float]] = {}
         for fleet in sorted({f for e in tick.state.exports.values() for f in e.fleets}):
             machines = tick.project.machines
@@ -79,35 +78,12 @@ async def _preempt(
 ) -> Event | None:
     """Stop `victim` gracefully as `preempted`; the event that says for whom."""
     guarantee = next((t.guarantee_gpus for t in c.tenants if t.name == run.tenant), 0.0)
-    labels = info.spec.get("labels") if isinstance(info.spec, dict) else None
-    named = labels.get("address") if isinstance(labels, dict) else None
-    address = named if isinstance(named, str) else info.run_name
     why = (
         f"preempted: project {run.tenant} is under its guarantee of {guarantee:g} GPUs on "
         f"fleet {fleet} and its {run.address} waits; {victim.tenant} borrowed them"
     )
-    timeout = info.spec.get("stop_timeout") if isinstance(info.spec, dict) else None
-    try:
-        agent = await tick.project.machines.agent(fleet, victim.host, tick.state)
-        stopped = await agent.stop(info.id, timeout=float(timeout or 0.0), reason=PREEMPTED)
-    except DstackPlanError as e:
-        log.warning("fleet.%s: could not preempt %s on %s: %s", fleet, info.id, victim.host, e)
-        return None
-    log.info("fleet.%s: %s of project %s on %s: %s", fleet, info.id, victim.tenant,
-             victim.host, why)  # fmt: skip
-    owner_state = tick.state if victim.tenant == tick.project.name else states.get(victim.tenant)
-    entry = owner_state.get(address) if owner_state is not None else None
-    return Event(
-        time=tick.now,
-        address=address,
-        kind="job",
-        span_id=run_span_id(entry) if entry is not None else span_id(address, info.submitted_at),
-        old_status=info.status.value,
-        new_status=stopped.status.value,
-        job_id=info.id,
-        reason=why,
-        host=victim.host,
-    )
+    runs = tick.state if victim.tenant == tick.project.name else states.get(victim.tenant)
+    return await stop_listed(tick, fleet, victim.host, info, PREEMPTED, why, runs)
 
 
 async def _publish(tick: Tick, waiting: dict[str, dict[str, float]]) -> None:

@@ -28,12 +28,14 @@ from dstack_plan.plan.kinds import FINISHED_STATUSES
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.base import MachineResources
 from dstack_plan.runs.cohort import cohort, job_shape
+from dstack_plan.runs.cohort_gather import fleet_listings
 from dstack_plan.runs.queueing import QUEUED_KEY
-from dstack_plan.runs.records import RunRecord, run_span_id
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.runs.usage import slot_gpus
-from dstack_plan.scheduler.fair_share import Held, Tenant, reclaim
+from dstack_plan.scheduler.fair_share import Tenant, reclaim
 from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState, State
+from dstack_plan.watch.job_stops import stop_listed
 from dstack_plan.watch.tick import Acted, Tick
 
 log = logging.getLogger(__name__)
@@ -98,20 +100,14 @@ async def _claim(tick: Tick, run: _Run, lower: list[_Run], taken: set[str]) -> l
     machines = tick.project.machines
     try:
         found = await machines.machines(run.fleet, tick.state)
-        listings = {}
-        for machine in found:
-            if machine.resources is None:
-                continue
-            agent = await machines.agent(run.fleet, machine.host, tick.state)
-            listings[machine.host] = await agent.list_jobs()
     except DstackPlanError as e:
-        log.warning(
-            "%s: cannot look for preemptible jobs on %s: %s", run.entry.address, run.fleet, e
-        )
+        log.warning("%s: cannot look for preemptible jobs: %s", run.entry.address, e)
         return []
     hosts: dict[str, MachineResources] = {
-        m.host: m.resources for m in found if m.resources is not None and m.host in listings
+        m.host: m.resources for m in found if m.resources is not None
     }
+    listings = await fleet_listings(machines, tick.state, run.fleet, list(hosts))
+    hosts = {h: r for h, r in hosts.items() if h in listings}
     c = cohort(run.fleet, hosts, listings, {_MINE: (tick.state, run.fleet)}, {})
     ids = {j.id: r for r in lower for j in RunRecord.of(r.entry).jobs}
     held = [
@@ -123,42 +119,18 @@ async def _claim(tick: Tick, run: _Run, lower: list[_Run], taken: set[str]) -> l
     used = {_LOWER: sum(h.gpus for h in held if h.tenant == _LOWER), _CLAIM: 0.0}
     tenants = [Tenant(_CLAIM, float("inf")), Tenant(_LOWER, 0.0)]
     victims = reclaim(_CLAIM, job_shape(largest), tenants, held, c.free, used)
+    infos = {i.id: i for jobs in listings.values() for i in jobs}
     events = []
     for victim in victims:
-        event = await _preempt(tick, run, ids[victim.job], victim)
+        lower_run = ids[victim.job]
+        why = (
+            f"preempted: {run.entry.address} (priority {run.spec.priority}) waits for "
+            f"{victim.host}; {lower_run.entry.address} (priority {lower_run.spec.priority}) "
+            "is preemptible"
+        )
+        info = infos[victim.job]
+        event = await stop_listed(tick, run.fleet, victim.host, info, PREEMPTED, why, tick.state)
         if event is not None:
             taken.add(victim.job)
             events.append(event)
     return events
-
-
-async def _preempt(tick: Tick, run: _Run, victim_run: _Run, victim: Held) -> Event | None:
-    from dstack_plan.inspect.runs import job_agent
-    from dstack_plan.inspect.stop import stop_timeout
-
-    why = (
-        f"preempted: {run.entry.address} (priority {run.spec.priority}) waits for "
-        f"{victim.host}; {victim_run.entry.address} (priority {victim_run.spec.priority}) "
-        "is preemptible"
-    )
-    [job] = [j for j in RunRecord.of(victim_run.entry).jobs if j.id == victim.job]
-    try:
-        agent = await job_agent(tick.project, victim_run.entry, job, tick.state)
-        stopped = await agent.stop(
-            job.id, timeout=stop_timeout(victim_run.entry), reason=PREEMPTED
-        )
-    except DstackPlanError as e:
-        log.warning("%s: could not preempt %s: %s", victim_run.entry.address, job.id, e)
-        return None
-    log.info("%s: %s: %s", victim_run.entry.address, job.id, why)
-    return Event(
-        time=tick.now,
-        address=victim_run.entry.address,
-        kind="job",
-        span_id=run_span_id(victim_run.entry),
-        old_status=job.status,
-        new_status=stopped.status.value,
-        job_id=job.id,
-        reason=why,
-        host=job.host,
-    )

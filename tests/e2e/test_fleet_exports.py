@@ -97,6 +97,10 @@ def test_an_exported_fleet_runs_the_importer_s_jobs_until_the_export_is_revoked(
     top = json.loads(dstack("top", "--json", cwd=ml).stdout)
     [host] = [h for h in top["hosts"] if h["fleet"] == "platform/gpu"]
     assert (host["host"], host["agent"], host["gpus_used"]) == (ssh_hosts["gpu"].address, "ok", 1)
+    small = ["--cpu", "1..", "--memory", "0.1GB..", "--disk", "1GB.."]
+    offered = json.loads(dstack("offer", *small, "--json", cwd=ml).stdout)["offers"]
+    [row] = [r for r in offered if r["fleet"] == "platform/gpu"]
+    assert row["host"] == ssh_hosts["gpu"].address
 
     # the mapping form names the same fleet; the GPU is taken, a CPU-only run fits beside it
     (ml / "probe.dstack.yml").write_text(_task("probe", "[{project: platform, name: gpu}]", gpu=0))

@@ -81,10 +81,9 @@ def test_nothing_is_reclaimed_for_a_run_that_would_borrow_or_from_unknown_jobs()
     assert victim.job == "mine"  # never the job of a project outside the cohort
 
 
-def test_an_importer_may_not_borrow_while_another_project_under_its_guarantee_waits(
-    tmp_path: Path,
-) -> None:
-    fleet = ResourceState.model_validate(
+def _two_gpu_fleet() -> ResourceState:
+    """The state entry of SSH fleet `gpu`: hosts h1 and h2, one GPU each."""
+    return ResourceState.model_validate(
         {"kind": "fleet", "name": "gpu", "provider": "ssh", "status": "active",
          "spec": {"type": "fleet", "name": "gpu", "ssh_config": {"user": "u", "hosts": []}},
          "attributes": {"hosts": [
@@ -92,6 +91,12 @@ def test_an_importer_may_not_borrow_while_another_project_under_its_guarantee_wa
               "resources": ONE_GPU.model_dump(mode="json")} for h in ("h1", "h2")]},
          "created_at": T0, "updated_at": T0}
     )  # fmt: skip
+
+
+def test_an_importer_may_not_borrow_while_another_project_under_its_guarantee_waits(
+    tmp_path: Path,
+) -> None:
+    fleet = _two_gpu_fleet()
     ml_dir = tmp_path / "ml"
     (ml_dir / ".dstack").mkdir(parents=True)
     (ml_dir / ".dstack" / "projects.yml").write_text(
@@ -118,14 +123,7 @@ def test_the_owner_borrowing_its_own_exported_fleet_waits_for_an_importer_under_
 ) -> None:
     """The owner is one of its fleet's projects: beyond its guarantee it borrows, and is held
     back while an importer under its guarantee waits (as its watch published)."""
-    fleet = ResourceState.model_validate(
-        {"kind": "fleet", "name": "gpu", "provider": "ssh", "status": "active",
-         "spec": {"type": "fleet", "name": "gpu", "ssh_config": {"user": "u", "hosts": []}},
-         "attributes": {"hosts": [
-             {"name": h, "hostname": h, "instance_id": f"ssh:{h}",
-              "resources": ONE_GPU.model_dump(mode="json")} for h in ("h1", "h2")]},
-         "created_at": T0, "updated_at": T0}
-    )  # fmt: skip
+    fleet = _two_gpu_fleet()
     export = Export(name="e", fleets=("gpu",), importers=(Importer(project="ml", state="/x"),))
     policy = {
         "projects": {"ml": {"guarantee": 1}, "platform": {"guarantee": 1}},

@@ -16,12 +16,13 @@ import pytest
 from dstack_plan.agent import protocol as p
 from dstack_plan.agent.api_models import JobInfo, TerminationReason
 from dstack_plan.clock import FakeClock
-from dstack_plan.config.runs import RunSpec, ServiceSpec, TaskSpec
+from dstack_plan.config.runs import RunSpec
 from dstack_plan.runs.records import JobRecord, RunRecord
 from dstack_plan.state.model import ResourceState, State
 from dstack_plan.watch import retries
 from dstack_plan.watch.retry import PREEMPTED, JobOutcome, RetryState, backoff, decide_retry
 from dstack_plan.watch.retry_model import preempted
+from tests.unit.test_watch_policy_retry import service, task
 
 T = 1_800_000_000.0
 INTERRUPTION = {"retry": {"on_events": ["interruption"], "duration": "1h"}}
@@ -34,15 +35,6 @@ OTHER_TERMINATIONS = (
     p.INACTIVITY_DURATION_EXCEEDED,
     p.TERMINATED_DUE_TO_UTILIZATION_POLICY,
 )
-
-
-def task(**fields: Any) -> TaskSpec:
-    return TaskSpec.model_validate({"type": "task", "name": "train", "commands": ["x"], **fields})
-
-
-def service(**fields: Any) -> ServiceSpec:
-    data = {"type": "service", "name": "web", "port": 8000, "commands": ["serve"]}
-    return ServiceSpec.model_validate({**data, **fields})
 
 
 def job(

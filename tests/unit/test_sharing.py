@@ -13,6 +13,7 @@ from dstack_plan.config.loader import load_text
 from dstack_plan.config.quotas import ProjectQuota, parse_quotas
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import ConfigError, DstackPlanError
+from dstack_plan.project import Project
 from dstack_plan.runs.quota_gate import QuotaHold, hold_for_quota
 from dstack_plan.scheduler.quotas import Ask, Usage, check_project, project_over_daily
 from dstack_plan.sharing.exports import created, deleted, importer_of, updated
@@ -24,6 +25,7 @@ from dstack_plan.state.exports import Importer, exported_to
 from dstack_plan.state.local import LocalBackend
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.state.render import Renderer
+from dstack_plan.web.source import ApiSource
 from tests.infra.recording_clock import RecordingClock
 
 ML = Importer(project="ml", state="/srv/ml/state.json")
@@ -238,3 +240,19 @@ def test_a_queued_run_on_an_owner_s_fleet_waits_while_its_project_is_at_the_owne
     with pytest.raises(QuotaHold, match="project ml: gpus limit 0, 0 in use, task.train asks 1"):
         hold_for_quota(ml_dir, State.empty().with_resource(run), run, 0.0, imports)
     hold_for_quota(ml_dir, State.empty().with_resource(run), run, 0.0)  # no imports: none
+
+
+def test_the_ui_lists_an_imported_fleet_with_its_owner(tmp_path: Path) -> None:
+    """`/api/fleets` (what `fleet list --json` gives too): this project's fleets, then those
+    other projects export to it, named `owner/name` with their `owner`."""
+    owner_dir, ml_dir = tmp_path / "platform", tmp_path / "ml"
+    (ml_dir / ".dstack").mkdir(parents=True)
+    (ml_dir / ".dstack" / "projects.yml").write_text(
+        f"projects:\n  platform:\n    state: {owner_dir}/state.json\n"
+    )
+    backend = LocalBackend(owner_dir / "state.json")
+    backend.write(created(_owner(), "share", ["gpu"], [], [ML]), backend.read().version)
+    project = Project(ml_dir, agent_dir=tmp_path / "agent")
+    source = ApiSource(project, new_project=lambda: project)
+    listed = source.fleets()
+    assert [(f.name, f.owner) for f in listed.fleets] == [("platform/gpu", "platform")]

@@ -554,11 +554,15 @@ class Project:
         from dstack_plan.sharing.policy import published
         from dstack_plan.state.commit import commit_async
 
+        quotas = load_quotas(self.directory)
         current = (await asyncio.to_thread(self.backend.read)).state
-        wanted = published(load_quotas(self.directory), current.policy)
-        if current.policy == wanted:
+        if current.policy == published(quotas, current.policy):
             return False
-        await commit_async(self.backend, lambda s: s.model_copy(update={"policy": wanted}))
+        # from the latest state: the owner's watch may have published who waits meanwhile
+        await commit_async(
+            self.backend,
+            lambda s: s.model_copy(update={"policy": published(quotas, s.policy)}),
+        )
         return True
 
     def locked(self, operation: str, timeout: float = 0.0) -> AbstractAsyncContextManager[Any]:

@@ -22,6 +22,7 @@ from dstack_plan.config.interpolation import referenced_secrets
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.label_options import with_run_labels
 from dstack_plan.config.loader import load_project, start_loading
+from dstack_plan.config.project_name import own_project_name
 from dstack_plan.config.resource import Desired, Resource
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.config.secrets import SecretStore
@@ -253,7 +254,7 @@ class Project:
     @property
     def name(self) -> str:
         """The project's name, as other projects are told it: its directory's."""
-        return self.directory.resolve().name or "project"
+        return own_project_name(self.directory)
 
     def claimant(self) -> Claimant:
         """This project as the claimant of the hosts its fleets enroll (`fleets/claims.py`)."""
@@ -435,8 +436,18 @@ class Project:
             if not options.destroy:  # what it starts must fit the quotas (PlanError if not)
                 now = self.clock.now()
                 check_plan(plan, refresh.state, self.directory, now, imports=self.imports)
+                self._refuse_unusable_gateways(plan)
                 await self._refuse_claimed_hosts(plan, refresh)
         return plan, refresh
+
+    def _refuse_unusable_gateways(self, plan: Plan) -> None:
+        """PlanError naming each service the plan starts on another project's gateway that
+        this project cannot use (`gateways/served.py`)."""
+        from dstack_plan.gateways.served import imported_gateway_problems
+
+        problems = imported_gateway_problems(plan, self.name, self.imports)
+        if problems:
+            raise PlanError("\n".join(problems))
 
     async def _refuse_claimed_hosts(self, plan: Plan, refresh: Refresh) -> None:
         """PlanError naming each host another project's fleet owns among those the plan adds
@@ -591,6 +602,7 @@ class Project:
             # time went by since it was made: today's GPU-hours (and quotas) may have moved
             now = self.clock.now()
             check_plan(plan, snapshot.state, self.directory, now, imports=self.imports)
+            self._refuse_unusable_gateways(plan)
         # every secret a change needs must resolve before anything is touched
         for change in plan.changes:
             if change.after is not None and change.action is not Action.NOOP:

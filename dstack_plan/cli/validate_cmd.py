@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from dstack_plan.cli.policy_view import PolicyOpt
+
+if TYPE_CHECKING:
+    from dstack_plan.config.resource import Desired
+    from dstack_plan.errors import ConfigIssue
 
 
 def validate(
@@ -27,7 +32,7 @@ def validate(
     """
     from dstack_plan.cli.output import print_error, print_json
     from dstack_plan.config.loader import load_project
-    from dstack_plan.errors import ConfigError, ConfigIssue
+    from dstack_plan.errors import ConfigError
     from dstack_plan.plan.limits import checked_dependencies
     from dstack_plan.policy.check import check_policy_files
 
@@ -41,6 +46,8 @@ def validate(
         unresolved = warnings if files else None
         known = _state_addresses(directory) if files else ()
         checked_dependencies(desired, directory, unresolved=unresolved, known=known)
+        if files:  # other projects' fleets and gateways, as `.dstack/projects.yml` finds them
+            warnings += _imported_warnings(desired, directory)
     except ConfigError as e:
         issues += e.issues
     rules = []
@@ -96,6 +103,15 @@ def validate(
     checked += [_count(len(rules), "policy rule")] if rules else []
     head = ", ".join(checked[:-1])
     typer.echo(f"{head} and {checked[-1]} OK" if head else f"{checked[0]} OK")
+
+
+def _imported_warnings(desired: Desired, directory: Path) -> list[ConfigIssue]:
+    from dstack_plan.config.project_name import own_project_name
+    from dstack_plan.sharing.imports import Imports
+    from dstack_plan.sharing.references import imported_reference_warnings
+
+    imports = Imports(directory, own_project_name(directory))
+    return imported_reference_warnings(desired, imports, directory)
 
 
 def _state_addresses(directory: Path) -> frozenset[str]:

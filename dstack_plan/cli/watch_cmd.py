@@ -77,8 +77,9 @@ def watch(
     `Authorization: Bearer` and the token in .dstack/service-token; --proxy-host to listen
     elsewhere) and scales services with `scaling` by their requests per second: see
     docs/watch-policy.md. `dstack ps` shows each service's URL. With a gateway in state
-    (`type: gateway`), watch serves services even without --proxy-port (on a free port) and
-    holds the SSH tunnels the gateway's requests come through. With --log-format
+    (`type: gateway`, or another project's that a service names), watch serves services
+    even without --proxy-port (on a free port) and holds the SSH tunnels the gateway's
+    requests come through. With --log-format
     json (a global option, before `watch`), every status change, retry and stop is also a
     JSON line on stderr (ts, level, event, address, job_id, host, resource_type, span_id,
     ...). With --ui, the read-only HTTP API (docs/api.md) is served on --bind
@@ -179,8 +180,10 @@ def watch(
 async def _has_gateways(project: Project) -> bool:
     import asyncio
 
+    from dstack_plan.gateways.served import needs_tunnels
+
     snapshot = await asyncio.to_thread(project.backend.read)
-    return any(e.kind == "gateway" for e in snapshot.state.resources.values())
+    return needs_tunnels(snapshot.state)
 
 
 async def _serve_services(project: Project, host: str, port: int, holder: str) -> Serving:

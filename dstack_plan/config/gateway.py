@@ -8,6 +8,10 @@ from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, mo
 
 from dstack_plan.config.base import DEFERRED, ResourceSpec, Strict
 from dstack_plan.config.described import Described
+from dstack_plan.config.interpolation import parse_references
+
+PROJECT_NAME = ("run", "project_name")
+"""The one reference a gateway's domain may hold: the name of the project it serves."""
 
 
 class LetsEncrypt(Strict):
@@ -58,7 +62,9 @@ class GatewaySpec(ResourceSpec):
     port: int = Field(default=443, ge=1, le=65535)
     """`backend: ssh`: the port the gateway listens on, on every address of its host."""
     domain: str | None = None
-    """Wildcard domain; a service is served at `<run>.<domain>`."""
+    """Wildcard domain; a service is served at `<run>.<domain>`. It may hold
+    `${{ run.project_name }}` (dstack's), which each project serving through the gateway (an
+    exported one) fills in with its name: `${{ run.project_name }}.example.com`."""
     default: bool | None = None
     public_ip: bool = True
     # dstack refuses a null public_ip; `certificate: null` turns certificates off
@@ -86,6 +92,19 @@ class GatewaySpec(ResourceSpec):
         if isinstance(self.certificate, LetsEncrypt | ACMCertificate):
             raise ValueError(_ssh_certificate(self.certificate.type))
         return self
+
+    @field_validator("domain")
+    @classmethod
+    def _domain_references(cls, value: str | None) -> str | None:
+        if value is not None:
+            refs = parse_references(value)
+            others = sorted({str(r) for r in refs if (r.namespace, r.name) != PROJECT_NAME})
+            if others:
+                raise ValueError(
+                    "a gateway's domain may only hold ${{ run.project_name }}, not "
+                    + ", ".join(others)
+                )
+        return value
 
     @field_validator("certificate")
     @classmethod

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -22,3 +23,8 @@ def check_project_name(value: str) -> str:
 
 
 ProjectName = Annotated[str, AfterValidator(check_project_name)]
+
+
+def own_project_name(project_dir: str | Path) -> str:
+    """The name other projects know the project in `project_dir` by: its directory's."""
+    return Path(project_dir).resolve().name or "project"

@@ -1,4 +1,6 @@
 """Gateways: the relay on a fleet host that serves services at `https://<run>.<domain>/`.
 
-- `handler`: `GatewayHandler`, `GatewayRecord`, `service_gateway`
+- `handler`: `GatewayHandler`, `GatewayRecord`
+- `served`: which gateway (this project's or an exported one) serves a service, its host
+  name there, where this project's tunnel ends (`served_by`, `ServedBy`)
 """

@@ -21,12 +21,10 @@ from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, Resourc
 from dstack_plan.apply.unsupported import UnsupportedHandler
 from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.fleets.records import FleetRecord
-from dstack_plan.graph.references import gateway_of
 from dstack_plan.plan.normalize import spec_from_normalized
 
 if TYPE_CHECKING:
     from dstack_plan.config.gateway import GatewaySpec
-    from dstack_plan.config.runs import ServiceSpec
     from dstack_plan.fleets.machines import FleetMachines
     from dstack_plan.plan.model import ResourceChange
     from dstack_plan.proxy.gateway_install import GatewaySetup
@@ -57,13 +55,6 @@ class GatewayRecord(BaseModel):
     @classmethod
     def of(cls, entry: ResourceState) -> GatewayRecord:
         return cls.model_validate(entry.attributes)
-
-    def service_url(self, run: str) -> str:
-        """Where the gateway serves run `run`."""
-        scheme = "https" if self.tls else "http"
-        default = 443 if self.tls else 80
-        port = "" if self.port == default else f":{self.port}"
-        return f"{scheme}://{run}.{self.domain}{port}/"
 
 
 class GatewayHandler(ResourceHandler):
@@ -141,21 +132,6 @@ class GatewayHandler(ResourceHandler):
             return None  # its fleet is gone, and the host with it
         conn = await self._machines.connection(record.fleet, record.host, state)
         await stop_gateway(conn, record.host, record.directory)
-
-
-def service_gateway(spec: ServiceSpec, state: State) -> ResourceState | None:
-    """The entry of the running gateway in `state` that serves service `spec` (the one it
-    names, else the default gateway), or None."""
-    gateways = [
-        e
-        for e in state.resources.values()
-        if e.kind == "gateway" and not e.tainted and e.status == "running"
-    ]
-    if not gateways:
-        return None
-    default = next((e.name for e in gateways if e.spec.get("default")), None)
-    name = gateway_of(spec, default)
-    return next((e for e in gateways if e.name == name), None)
 
 
 def _gateway_spec(spec: dict[str, Any]) -> GatewaySpec:

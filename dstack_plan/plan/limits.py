@@ -27,7 +27,7 @@ from dstack_plan.agent.image_ref import image_reference_error
 from dstack_plan.agent.protocol import USER_PATTERN
 from dstack_plan.config.interpolation import GroupAddress, group_addresses
 from dstack_plan.config.loader import issue_at
-from dstack_plan.config.profile import FleetRef, InstanceRef, reference_parts
+from dstack_plan.config.profile import InstanceRef, reference_parts
 from dstack_plan.config.resource import STATE_SOURCE, Desired, Resource
 from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.errors import ConfigError, ConfigIssue
@@ -162,7 +162,8 @@ def _job_fields(spec: RunSpec) -> Iterator[Found]:
 
 def _other_projects(spec: RunSpec) -> Iterator[Found]:
     # another project's fleet (`fleets: [team/gpu]`) resolves when the plan places the run
-    # (`sharing/imports.py`); an instance selector of one has nothing to select from yet
+    # (`sharing/imports.py`), its gateway when the plan is checked (`gateways/served.py`);
+    # an instance selector of one has nothing to select from yet
     why = "references to other projects are not supported here yet"
     for index, selector in enumerate(spec.instances or ()):
         if isinstance(selector, InstanceRef) and selector.fleet is not None:
@@ -171,11 +172,6 @@ def _other_projects(spec: RunSpec) -> Iterator[Found]:
                 path = ("instances", index, "fleet")
                 use = f"use fleets: [{project}/{name}]"
                 yield path, f"fleet {name!r} of project {project!r}: {why} ({use})"
-    gateway = getattr(spec, "gateway", None)
-    if isinstance(gateway, str | FleetRef):
-        project, name = reference_parts(gateway)
-        if project is not None:
-            yield ("gateway",), f"gateway {name!r} of project {project!r}: {why}"
 
 
 def address_groups(spec: RunSpec) -> tuple[str, list[int]]:

@@ -2,7 +2,10 @@
 
 On the host everything lives in `~/.dstack-plan/gateways/<name>/`: the relay, its
 `config.json`, the TLS certificate and key (0600), `relay.pid`, `relay.log`, and
-`upstream.sock`, the end of the reverse tunnel watch opens (`watch/gateway_tunnels.py`).
+`upstream.sock`, the end of the reverse tunnel the owner's watch opens
+(`watch/gateway_tunnels.py`), `tunnels/` where the watches of projects the gateway is
+exported to open theirs (`<project>.sock`), and `routes/`, their services' host names
+claimed (`proxy/gateway_relay.py`).
 
     remote = await install_gateway(conn, "gw-host", setup)   # RemoteGateway
     await stop_gateway(conn, "gw-host", remote.directory)
@@ -26,6 +29,8 @@ from dstack_plan.providers.ssh.install import run_command
 GATEWAYS_DIR = ".dstack-plan/gateways"
 RELAY_NAME = "gateway_relay.py"
 SOCKET_NAME = "upstream.sock"
+ROUTES_DIR = "routes"
+TUNNELS_DIR = "tunnels"
 START_WAIT = 10.0
 
 
@@ -72,10 +77,14 @@ async def install_gateway(
             directory = await _directory(sftp, setup.name)
             await sftp.makedirs(directory, exist_ok=True)
             await sftp.chmod(directory, 0o700)
+            for sub in (ROUTES_DIR, TUNNELS_DIR):
+                await sftp.makedirs(f"{directory}/{sub}", exist_ok=True)
             config: dict[str, object] = {
                 "listen_host": setup.listen_host,
                 "listen_port": setup.listen_port,
                 "socket": f"{directory}/{SOCKET_NAME}",
+                "routes": f"{directory}/{ROUTES_DIR}",
+                "tunnels": f"{directory}/{TUNNELS_DIR}",
             }
             files = {RELAY_NAME: _relay_source()}
             if setup.cert_pem is not None and setup.key_pem is not None:

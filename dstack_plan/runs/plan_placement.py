@@ -184,7 +184,8 @@ class RunPlacement:
         self, desired: Desired, fleet: str, runs: list[HostRun], state: State
     ) -> FleetPlacements:
         deployment = self._deployment
-        self.machines.check_placeable(fleet)
+        if any(run.starts for run in runs):  # what only keeps running needs no export
+            self.machines.check_placeable(fleet)
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
             volumes = self._volume_sites(desired, state)

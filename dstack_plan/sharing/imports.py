@@ -1,4 +1,5 @@
-"""Another project's fleet, as this project's runs use it: `fleets: [platform/gpu]`.
+"""Another project's fleet, as this project's runs use it: `fleets: [platform/gpu]`; and its
+gateway, as this project's services do (`gateway: platform/gw`, `gateways/served.py`).
 
 The owner's state is read, never written, from where this project's `.dstack/projects.yml`
 says it lives; read once per command. A fleet resolves when the owner's state has it; a run
@@ -107,6 +108,25 @@ class Imports:
                 f"--fleet {name} --importer {self.project}`"
             )
         return self._as_importer(owner, entry)
+
+    def gateway(self, owner: str, name: str) -> ResourceState:
+        """The state entry of gateway `name` of project `owner`, while an export shares it with
+        this project (its services are then served there); NotImported naming what is not."""
+        state = self.state_of(owner)
+        entry = state.get(f"gateway.{name}")
+        if entry is None or entry.tainted:
+            gateways = sorted(r.name for r in state.resources.values() if r.kind == "gateway")
+            raise NotImported(
+                f"gateway {name!r} of project {owner!r}: its state has no such gateway (its "
+                f"gateways: {', '.join(gateways) or 'none'})"
+            )
+        if exported_to(state.exports, "gateway", name, self.project) is None:
+            raise NotImported(
+                f"gateway {name!r} of project {owner!r} is not exported to project "
+                f"{self.project!r}: the owner shares it with `dstack export create NAME "
+                f"--gateway {name} --importer {self.project}`"
+            )
+        return entry
 
     def shared_with_me(self) -> tuple[dict[str, ResourceState], list[str]]:
         """Every fleet the projects of `.dstack/projects.yml` export to this one, by

@@ -4,7 +4,8 @@ SSH forward to the port its host published (the local fleet's directly: it is th
 Forwards stay open from tick to tick while their replica runs and close when it is gone.
 The proxy itself health-checks the replicas; this only says which exist. Each service's
 URL goes into its state attributes (`service_url`), for `ps`: on the proxy, or for a
-service with a gateway, `https://<run>.<domain>/`, which the proxy also routes by host name
+service with a gateway (this project's, or another project's exported to it:
+`gateways/served.py`), `https://<run>.<domain>/`, which the proxy also routes by host name
 (the gateway's requests arrive through `gateway_tunnels.py`). Beside it goes `served_by`,
 this watch's lease holder id, so `ps` can tell whether the watch serving it still leads.
 """
@@ -16,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.config.runs import ServiceSpec
 from dstack_plan.errors import DstackPlanError
-from dstack_plan.gateways.handler import GatewayRecord, service_gateway
-from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.gateways.served import ServedBy, served_by, services
 from dstack_plan.proxy.model import ServiceRoute, Upstream
 from dstack_plan.runs.records import SERVED_BY_KEY, SERVICE_URL_KEY, RunRecord
+from dstack_plan.sharing.imports import NotImported
 from dstack_plan.state.model import ResourceState
+from dstack_plan.watch.gateway_tunnels import HostClaims
 from dstack_plan.watch.tick import Acted, Tick
 
 if TYPE_CHECKING:
@@ -39,7 +41,12 @@ class ServiceRouting:
     name = "services"
 
     def __init__(
-        self, proxy: ServiceProxy, token: str, base_url: str, holder: str | None = None
+        self,
+        proxy: ServiceProxy,
+        token: str,
+        base_url: str,
+        holder: str | None = None,
+        claims: HostClaims | None = None,
     ) -> None:
         self._proxy = proxy
         self._token = token
@@ -48,34 +55,44 @@ class ServiceRouting:
         self._holder = holder
         """This watch's leader-lease holder id, recorded beside each URL for `ps`."""
         self._forwards: dict[_Key, Forward] = {}
+        self._claims = claims or HostClaims()
+        """The host names another project holds on a gateway (`gateway_tunnels.py`)."""
+        self._told: set[str] = set()
+        """Why a service has no gateway, logged once."""
 
     async def act(self, tick: Tick) -> Acted:
         routes: list[ServiceRoute] = []
         used: set[_Key] = set()
         changed: dict[str, ResourceState] = {}
-        for entry in sorted(tick.state.resources.values(), key=lambda e: e.address):
-            if entry.kind != "service" or entry.tainted:
-                continue
-            spec = spec_from_normalized("service", dict(entry.spec))
-            assert isinstance(spec, ServiceSpec)
+        for entry, spec in services(tick.state):
             upstreams = await self._upstreams(tick, entry, spec, used)
-            gateway = service_gateway(spec, tick.state)
             url = f"{self._base_url}/proxy/services/{entry.name}/"
             hostname = None
-            if gateway is not None:
-                record = GatewayRecord.of(gateway)
-                url = record.service_url(entry.name)
-                hostname = f"{entry.name}.{record.domain}"
+            served = self._served_by(tick, entry, spec)
+            # a name another project holds on the gateway is not this service's URL there
+            if served is not None and served.hostname(entry.name) not in self._claims.held:
+                url = served.url(entry.name)
+                hostname = served.hostname(entry.name)
             route = ServiceRoute.from_spec(entry.name, spec, upstreams, self._token, hostname)
             routes.append(route)
-            served = {SERVICE_URL_KEY: url, SERVED_BY_KEY: self._holder}
-            if any(entry.attributes.get(k) != v for k, v in served.items()):
-                attributes = {**entry.attributes, **served}
+            recorded = {SERVICE_URL_KEY: url, SERVED_BY_KEY: self._holder}
+            if any(entry.attributes.get(k) != v for k, v in recorded.items()):
+                attributes = {**entry.attributes, **recorded}
                 changed[entry.address] = entry.updated(now=entry.updated_at, attributes=attributes)
         self._proxy.set_routes(routes)
         for key in set(self._forwards) - used:
             await self._forwards.pop(key).close()
         return Acted(changed=changed)
+
+    def _served_by(self, tick: Tick, entry: ResourceState, spec: ServiceSpec) -> ServedBy | None:
+        project = tick.project
+        try:
+            return served_by(spec, tick.state, project.name, project.imports)
+        except NotImported as e:
+            if str(e) not in self._told:
+                self._told.add(str(e))
+                log.warning("%s: not served by its gateway: %s", entry.address, e)
+            return None
 
     async def close(self) -> None:
         """Stop the proxy and close the forwards."""

@@ -41,7 +41,7 @@ async def serve_services(
     from dstack_plan.proxy.stats import RequestStats
     from dstack_plan.proxy.token import project_token
     from dstack_plan.watch.autoscale import Autoscaler
-    from dstack_plan.watch.gateway_tunnels import GatewayTunnels
+    from dstack_plan.watch.gateway_tunnels import GatewayTunnels, HostClaims
     from dstack_plan.watch.service_routing import ServiceRouting
 
     stats = RequestStats(clock=project.clock)
@@ -52,8 +52,9 @@ async def serve_services(
         raise DstackPlanError(f"cannot serve services on {host}:{port}: {e}") from None
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}"
-    routing = ServiceRouting(proxy, project_token(project.directory), url, holder)
+    claims = HostClaims()
+    routing = ServiceRouting(proxy, project_token(project.directory), url, holder, claims)
     autoscaler = Autoscaler(stats, project.clock.now())
     # a gateway's tunnel ends where the proxy listens (on loopback when it listens on all)
     local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
-    return Serving(url, routing, autoscaler, GatewayTunnels(local, bound))
+    return Serving(url, routing, autoscaler, GatewayTunnels(local, bound, claims))

@@ -76,37 +76,73 @@ def test_a_file_alone_may_name_what_the_project_s_state_holds_or_another_project
     tmp_path: Path,
 ) -> None:
     """`validate -f` of one run file (as dstack's docs show them) naming a fleet the files do
-    not declare: a warning while the project's state lacks it, silence once it holds it;
-    another project's fleet is resolved by plan, never an error here."""
+    not declare, and another project's fleets and gateway: each a warning (never an error)
+    while the project's state lacks it or `.dstack/projects.yml` cannot resolve it, silence
+    once the state holds it and the owner's state exports the others to this project."""
+    from dstack_plan.state.exports import Export, Importer
     from dstack_plan.state.local import LocalBackend
     from dstack_plan.state.model import ResourceState, State
 
-    run_file = tmp_path / "train.dstack.yml"
+    project = tmp_path / "ml"
+    project.mkdir()
+    run_file = project / "train.dstack.yml"
     run_file.write_text(
         "type: task\nname: train\ncommands: [x]\n"
         "fleets: [gpu, team/a100, {project: team, name: h100}]\n"
     )
-    warned = run("validate", "-f", str(run_file), cwd=tmp_path)
+    (project / "api.dstack.yml").write_text(
+        "type: service\nname: api\nport: 80\ncommands: [x]\ngateway: team/gw\n"
+    )
+    files = ["-f", str(run_file), "-f", str(project / "api.dstack.yml")]
+    warned = run("validate", *files, cwd=project)
     assert warned.returncode == 0, warned.stderr
-    assert warned.stdout.strip() == "1 resource OK"
-    assert warned.stderr.splitlines() == [
+    assert warned.stdout.strip() == "2 resources OK"
+    unknown = "project 'team' is not in .dstack/projects.yml (projects: none)"
+    lines = warned.stderr.splitlines()
+    assert lines[0] == (
         "train.dstack.yml:4:1: warning: task.train refers to fleet.gpu, which neither the files "
         "nor the project's state hold: plan resolves it where the run is applied"
+    )
+    assert [line.split(" add it")[0] for line in lines[1:]] == [
+        f"train.dstack.yml:4:15: warning: fleet team/a100: {unknown}:",
+        f"train.dstack.yml:4:26: warning: fleet team/h100: {unknown}:",
+        f"api.dstack.yml:5:1: warning: gateway team/gw: {unknown}:",
     ]
-    as_json = json.loads(run("validate", "--json", "-f", str(run_file), cwd=tmp_path).stdout)
-    assert as_json["valid"] is True and len(as_json["warnings"]) == 1
+    as_json = json.loads(run("validate", "--json", *files, cwd=project).stdout)
+    assert as_json["valid"] is True and len(as_json["warnings"]) == 4
 
-    fleet = ResourceState.model_validate(
-        {"kind": "fleet", "name": "gpu", "provider": "ssh",
-         "spec": {"type": "fleet", "name": "gpu"}, "status": "active",
-         "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}
+    def entry(kind: str, name: str) -> ResourceState:
+        return ResourceState.model_validate(
+            {"kind": kind, "name": name, "provider": "ssh",
+             "spec": {"type": kind, "name": name}, "status": "running",
+             "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}
+        )  # fmt: skip
+
+    backend = LocalBackend(project / ".dstack" / "state.json")
+    backend.write(State.empty().with_resource(entry("fleet", "gpu")), backend.read().version)
+    team = LocalBackend(tmp_path / "team" / "state.json")
+    owned = State.empty()
+    for kind, name in (("fleet", "a100"), ("fleet", "h100"), ("gateway", "gw")):
+        owned = owned.with_resource(entry(kind, name))
+    team.write(owned, team.read().version)
+    (project / ".dstack" / "projects.yml").write_text(
+        f"projects:\n  team: {{state: {tmp_path}/team/state.json}}\n"
+    )
+    not_shared = run("validate", *files, cwd=project)
+    assert not_shared.returncode == 0
+    assert "fleet 'a100' of project 'team' is not exported to project 'ml'" in not_shared.stderr
+    assert "gateway 'gw' of project 'team' is not exported to project 'ml'" in not_shared.stderr
+
+    share = Export(
+        name="share", fleets=("a100", "h100"), gateways=("gw",),
+        importers=(Importer(project="ml", state=str(backend.path)),),
     )  # fmt: skip
-    backend = LocalBackend(tmp_path / ".dstack" / "state.json")
-    backend.write(State.empty().with_resource(fleet), backend.read().version)
-    quiet = run("validate", "-f", str(run_file), cwd=tmp_path)
-    assert quiet.returncode == 0 and quiet.stderr == ""
+    shared = owned.model_copy(update={"exports": {"share": share}})
+    team.write(shared, team.read().version)
+    quiet = run("validate", *files, cwd=project)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     # a directory is a whole project: there, a fleet it does not declare is an error
-    assert run("validate", str(tmp_path), cwd=tmp_path).returncode == 1
+    assert run("validate", str(project), cwd=project).returncode == 1
 
 
 TASK = "type: task\nname: train\ncommands: [python train.py]\n"

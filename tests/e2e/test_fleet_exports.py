@@ -129,6 +129,8 @@ def test_an_exported_fleet_runs_the_importer_s_jobs_until_the_export_is_revoked(
     assert "is not exported to project 'ml'" in more.stderr
     assert _rows(dstack, ml)["task.train"]["status"] == "running"
     (ml / "more.dstack.yml").unlink()
+    kept = dstack("plan", "--detailed-exitcode", cwd=ml)  # what runs there is no change
+    assert kept.returncode == 0, kept.stdout + kept.stderr
     _ok(dstack("destroy", "-y", cwd=ml))
     assert "task.train" not in _rows(dstack, ml)
     _ok(dstack("destroy", "-y", cwd=platform))

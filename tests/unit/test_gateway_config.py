@@ -9,7 +9,6 @@ import pytest
 
 from dstack_plan.config.loader import load_project
 from dstack_plan.errors import ConfigError
-from dstack_plan.gateways.handler import GatewayRecord
 from dstack_plan.graph.references import dependencies
 
 FLEET = "type: fleet\nname: onprem\nssh_config: {user: root, hosts: [10.0.0.1]}\n"
@@ -64,22 +63,3 @@ def test_lets_encrypt_is_refused_on_an_ssh_host_where_it_is_written(tmp_path: Pa
 )
 def test_what_a_gateway_needs(tmp_path: Path, text: str, expected: str) -> None:
     assert expected in errors(tmp_path, text)
-
-
-def test_service_urls_leave_out_the_default_port() -> None:
-    record = GatewayRecord(
-        fleet="onprem",
-        host="10.0.0.1",
-        address="10.0.0.1",
-        port=443,
-        domain="example.com",
-        tls=True,
-        directory="/root/.dstack-plan/gateways/gw",
-        socket="/root/.dstack-plan/gateways/gw/upstream.sock",
-    )
-    assert record.service_url("web") == "https://web.example.com/"
-    assert record.model_copy(update={"port": 8443}).service_url("web") == (
-        "https://web.example.com:8443/"
-    )
-    plain = record.model_copy(update={"tls": False, "port": 80})
-    assert plain.service_url("web") == "http://web.example.com/"

@@ -126,12 +126,12 @@ def test_validate_json_reports_limits(
     assert (error["line"], error["column"]) == (1, 1) and "needs 'nodes'" in error["message"]
 
 
-def test_other_projects_fleets_resolve_at_plan_and_their_gateways_are_refused(
+def test_other_projects_fleets_and_gateways_resolve_at_plan_their_instances_are_refused(
     tmp_path: Path,
 ) -> None:
-    """`fleets: [team/gpu]` passes the load-time checks (the plan resolves it against
-    `.dstack/projects.yml`); another project's gateway, and its fleet in an instance
-    selector, are refused where they are written."""
+    """`fleets: [team/gpu]` and `gateway: {project: team, name: gw}` pass the load-time
+    checks (the plan resolves them against `.dstack/projects.yml`); another project's fleet
+    in an instance selector is refused where it is written."""
     directory = project(
         tmp_path,
         "type: service\nname: sv\ncommands: [x]\nport: 80\ngateway: {project: team, name: gw}\n"
@@ -139,7 +139,6 @@ def test_other_projects_fleets_resolve_at_plan_and_their_gateways_are_refused(
     )
     why = "references to other projects are not supported here yet"
     assert plan_errors(directory) == [
-        f"c.dstack.yml:5:1: error: gateway 'gw' of project 'team': {why}",
         f"c.dstack.yml:8:5: error: fleet 'gpu' of project 'team': {why} (use fleets: [team/gpu])",
     ]
 

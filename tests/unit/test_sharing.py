@@ -256,3 +256,32 @@ def test_the_ui_lists_an_imported_fleet_with_its_owner(tmp_path: Path) -> None:
     source = ApiSource(project, new_project=lambda: project)
     listed = source.fleets()
     assert [(f.name, f.owner) for f in listed.fleets] == [("platform/gpu", "platform")]
+
+
+def test_another_project_s_gateway_serves_this_one_only_while_exported_to_it(
+    tmp_path: Path,
+) -> None:
+    from dstack_plan.state.exports import Export
+
+    owner_dir, ml_dir = tmp_path / "platform", tmp_path / "ml"
+    (ml_dir / ".dstack").mkdir(parents=True)
+    (ml_dir / ".dstack" / "projects.yml").write_text(
+        f"projects:\n  platform:\n    state: {owner_dir}/state.json\n"
+    )
+    now = timestamp(RecordingClock())
+    gateway = ResourceState(
+        kind="gateway", name="gw", provider="ssh", spec={"type": "gateway", "name": "gw"},
+        status="running", created_at=now, updated_at=now,
+    )  # fmt: skip
+    backend = LocalBackend(owner_dir / "state.json")
+    backend.write(_owner().with_resource(gateway), backend.read().version)
+    with pytest.raises(NotImported, match="gateway 'gw' of project 'platform' is not exported"):
+        Imports(ml_dir, "ml").gateway("platform", "gw")
+    with pytest.raises(NotImported, match=r"no such gateway \(its gateways: gw\)"):
+        Imports(ml_dir, "ml").gateway("platform", "edge")
+    share = Export(name="share", gateways=("gw",), importers=(ML,))
+    state = backend.read().state.model_copy(update={"exports": {"share": share}})
+    backend.write(state, backend.read().version)
+    assert Imports(ml_dir, "ml").gateway("platform", "gw").name == "gw"
+    with pytest.raises(NotImported, match="not exported to project 'other'"):
+        Imports(ml_dir, "other").gateway("platform", "gw")

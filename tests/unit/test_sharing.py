@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from dstack_plan.config.loader import load_text
+from dstack_plan.config.profile import reference_parts
 from dstack_plan.config.quotas import ProjectQuota, parse_quotas
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import ConfigError, DstackPlanError
@@ -37,6 +38,14 @@ def _fleet(name: str, ssh: dict | None = None) -> ResourceState:
     return ResourceState(
         kind="fleet", name=name, provider="ssh", spec=spec, status="active",
         created_at=now, updated_at=now,
+    )  # fmt: skip
+
+
+def _gateway(name: str) -> ResourceState:
+    now = timestamp(RecordingClock())
+    return ResourceState(
+        kind="gateway", name=name, provider="ssh", spec={"type": "gateway", "name": name},
+        status="running", created_at=now, updated_at=now,
     )  # fmt: skip
 
 
@@ -185,17 +194,20 @@ def test_a_guarantee_is_a_gpu_count_or_a_percent() -> None:
     assert parse_quotas("projects:\n  ml: {guarantee: 2}\n").projects["ml"].guarantee == 2
 
 
-def test_dstack_s_cross_project_fleet_references_load_and_resolve(tmp_path: Path) -> None:
+def test_dstack_s_cross_project_references_load_and_resolve(tmp_path: Path) -> None:
     """Every run of the conformance cases (from dstack's docs and parser) that dstack accepts
-    and that names another project's fleet loads here, and resolves once `.dstack/projects.yml`
-    names that project and it exports the fleet to this one."""
+    and that names another project's fleet or gateway loads here, and resolves once
+    `.dstack/projects.yml` names that project and it exports the fleet or gateway to this
+    one."""
     conformance = Path(__file__).resolve().parent.parent / "conformance"
     cases = yaml.safe_load((conformance / "references.yml").read_text())
     verdicts = json.loads((conformance / "references.verdicts.json").read_text())
     resolved = 0
     for case in cases:
         text = case["config"]
-        if verdicts.get(case["name"], {}).get("dstack") != "accept" or "fleets:" not in text:
+        if verdicts.get(case["name"], {}).get("dstack") != "accept":
+            continue
+        if "fleets:" not in text and "gateway:" not in text:
             continue
         [resource], issues = load_text(text, "c.dstack.yml")
         assert not issues, case["name"]
@@ -214,7 +226,23 @@ def test_dstack_s_cross_project_fleet_references_load_and_resolve(tmp_path: Path
             backend.write(shared, backend.read().version)
             assert Imports(ml_dir, "ml").fleet(name, placing=True).name == fleet
             resolved += 1
-    assert resolved >= 2  # `fleets: [team/gpu]` and `fleets: [{project: team, name: gpu}]`
+        gateway = getattr(spec, "gateway", None)
+        if gateway is None or isinstance(gateway, bool) or reference_parts(gateway)[0] is None:
+            continue
+        owner, name = reference_parts(gateway)
+        assert owner is not None
+        owner_dir, ml_dir = tmp_path / case["name"] / owner, tmp_path / case["name"] / "ml"
+        (ml_dir / ".dstack").mkdir(parents=True, exist_ok=True)
+        (ml_dir / ".dstack" / "projects.yml").write_text(
+            f"projects:\n  {owner}:\n    state: {owner_dir}/state.json\n"
+        )
+        backend = LocalBackend(owner_dir / "state.json")
+        owned = State.empty().with_resource(_gateway(name))
+        backend.write(created(owned, "e", [], [name], [ML]), backend.read().version)
+        assert Imports(ml_dir, "ml").gateway(owner, name).name == name
+        resolved += 1
+    # `fleets: [team/gpu]`, `fleets: [{project: team, name: gpu}]`, and both gateway forms
+    assert resolved >= 4
 
 
 def test_a_queued_run_on_an_owner_s_fleet_waits_while_its_project_is_at_the_owner_s_limit(
@@ -268,13 +296,8 @@ def test_another_project_s_gateway_serves_this_one_only_while_exported_to_it(
     (ml_dir / ".dstack" / "projects.yml").write_text(
         f"projects:\n  platform:\n    state: {owner_dir}/state.json\n"
     )
-    now = timestamp(RecordingClock())
-    gateway = ResourceState(
-        kind="gateway", name="gw", provider="ssh", spec={"type": "gateway", "name": "gw"},
-        status="running", created_at=now, updated_at=now,
-    )  # fmt: skip
     backend = LocalBackend(owner_dir / "state.json")
-    backend.write(_owner().with_resource(gateway), backend.read().version)
+    backend.write(_owner().with_resource(_gateway("gw")), backend.read().version)
     with pytest.raises(NotImported, match="gateway 'gw' of project 'platform' is not exported"):
         Imports(ml_dir, "ml").gateway("platform", "gw")
     with pytest.raises(NotImported, match=r"no such gateway \(its gateways: gw\)"):

@@ -11,7 +11,9 @@ from dstack_plan.agent.image_ref import image_reference_error
 from dstack_plan.agent.protocol import LABEL_PREFIX, REDACTED
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+_ENV_NAME = re.compile(r"[^=\x00-\x1f\x7f]{1,256}")
+"""Any name a variable can have (`MY-VAR`, `spring.profiles.active`): Docker and execve(2)
+pass them on; dstack's `env:` mapping takes them (dstack_plan.config.env checks the same)."""
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?")
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -419,7 +421,10 @@ def _check_env(c: _Checker) -> tuple[dict[str, str], list[str]]:
     total = 0
     for name, value in c.string_map("env").items():
         if not _ENV_NAME.fullmatch(name):
-            c.bad(f"env.{name[:64]}", "is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            c.bad(
+                f"env.{name[:64]}",
+                "is not a valid variable name (1-256 characters, no '=', no control characters)",
+            )
             continue
         checked = c.string(f"env.{name}", value, ENV_VALUE_MAX)
         if checked is not None:

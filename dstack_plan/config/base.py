@@ -136,6 +136,17 @@ def _check_name(value: str) -> str:
     return value
 
 
+def _check_dstack_name(value: str) -> str:
+    # dstack's parser takes any name; its server refuses one that does not match this very
+    # pattern when the run, fleet, volume or gateway is applied (`validate_dstack_resource_name`)
+    if not _NAME_RE.fullmatch(value):
+        raise ValueError(
+            f"invalid name {value!r}: use 2-41 characters, lowercase letters, digits and '-', "
+            "starting with a letter (dstack's server refuses other names too)"
+        )
+    return value
+
+
 def _check_address(value: str) -> str:
     if not _ADDRESS_RE.fullmatch(value):
         raise ValueError(
@@ -148,6 +159,11 @@ def _check_address(value: str) -> str:
 ResourceName = Annotated[
     str, AfterValidator(_check_name), Field(pattern=NAME_PATTERN), Described("a name")
 ]
+DstackName = Annotated[
+    str, AfterValidator(_check_dstack_name), Field(pattern=NAME_PATTERN), Described("a name")
+]
+"""The `name:` of a configuration, checked as dstack's server checks it (`ResourceName` is
+for names of our own, such as namespaces, with the same rule)."""
 Address = Annotated[
     str,
     AfterValidator(_check_address),
@@ -171,7 +187,7 @@ class ResourceSpec(Strict):
 
     model_config = DEFERRED
 
-    name: ResourceName | None = None
+    name: DstackName | None = None
     depends_on: tuple[Address, ...] = ()
     """Extra dependencies, as addresses, beyond those implied by references."""
     lifecycle: Lifecycle = Lifecycle()

@@ -82,8 +82,13 @@ def _parse_expression(expr: str) -> Reference:
     if allowed is None and not _IDENT_RE.fullmatch(name):
         raise ValueError(f"invalid name {name!r} in '${{{{ {expr} }}}}'")
     if allowed is not None and name not in allowed:
+        # dstack's parser lets any name through, but nothing defines it: `dstack apply` (for
+        # commands) or its server (env, volumes, a gateway's domain) fails on "missing vars"
         known = ", ".join(sorted(allowed))
-        raise ValueError(f"unknown name {name!r} in namespace {namespace!r} (known: {known})")
+        raise ValueError(
+            f"unknown name {name!r} in namespace {namespace!r} (known: {known}); dstack "
+            "refuses it too, when the configuration is applied"
+        )
     return Reference(namespace, name)
 
 

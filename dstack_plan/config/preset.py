@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dstack_plan.config.base import (
     Described,
+    DstackName,
     FieldConflict,
-    ResourceName,
     Strict,
     null_in_schema,
 )
@@ -113,7 +113,7 @@ class PresetSpec(ProfileParams):
     model_config = ConfigDict(defer_build=True, json_schema_extra=_preset_schema)
 
     type: Literal["preset"] = "preset"
-    name: ResourceName | None = None
+    name: DstackName | None = None
     model: Annotated[
         ModelRepo | ModelBase,
         Field(union_mode="left_to_right"),

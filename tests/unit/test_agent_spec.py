@@ -141,7 +141,7 @@ def test_every_problem_is_reported_with_its_field() -> None:
         {
             "id": "bad id!",
             "commands": "echo",
-            "env": {"1BAD": "x", "BIG": "v" * (ENV_VALUE_MAX + 1), "NUM": 3},
+            "env": {"BAD=NAME": "x", "BIG": "v" * (ENV_VALUE_MAX + 1), "NUM": 3},
             "secret_env": ["MISSING"],
             "gpus": -1,
             "cpus": 0,
@@ -157,7 +157,7 @@ def test_every_problem_is_reported_with_its_field() -> None:
     assert found["id"].startswith("must be 1-128")
     assert found["run_name"] == "is required"
     assert "must be a list of strings" in found["commands"]
-    assert "not a valid variable name" in found["env.1BAD"]
+    assert "not a valid variable name" in found["env.BAD=NAME"]
     assert found["env.BIG"] == f"is {ENV_VALUE_MAX + 1} bytes; the limit is {ENV_VALUE_MAX}"
     assert "must be a string" in found["env.NUM"]
     assert "must name a variable given in env" in found["secret_env[0]"]

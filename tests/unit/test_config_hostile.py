@@ -269,7 +269,8 @@ def test_duplicate_keys_everywhere_are_reported_with_the_other_errors() -> None:
     assert sorted(str(i) for i in issues_of(text)) == sorted(
         [
             "f.dstack.yml:2:7: error: name: invalid name 'BAD': use 2-41 characters, lowercase "
-            "letters, digits and '-', starting with a letter",
+            "letters, digits and '-', starting with a letter (dstack's server refuses other "
+            "names too)",
             "f.dstack.yml:7:3: error: duplicate key 'gpu' (first at line 5)",
             "f.dstack.yml:8:13: error: duplicate key 'A' (first at line 8)",
         ]

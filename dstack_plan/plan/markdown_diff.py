@@ -1,15 +1,16 @@
 """Attribute diffs of the markdown plan, from the JSON plan's `before` / `after`: changed
-paths as `-` / `+` lines, a whole spec for a create or a destroy; secrets masked."""
+paths as `-` / `+` lines, a changed list as the elements added, removed or changed
+(`plan.list_diff`, as the terminal plan), a whole spec for a create or a destroy; secrets
+masked."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from dstack_plan.plan.list_diff import Element, Entry, Hidden, list_diff, value_text
 from dstack_plan.plan.markdown_escape import code, html, longest_backtick_run
 from dstack_plan.plan.normalize import flatten, spec_from_normalized
 
-SENSITIVE = "(sensitive)"
 MAX_INLINE_DIFF = 8
 """Diffs longer than this many lines are folded in `<details>`."""
 
@@ -42,16 +43,49 @@ def _diff_lines(change: dict[str, Any]) -> list[str]:
     lines = []
     for path in (".".join(p) for p in inner.get("changed_paths", [])):
         note = "  # forces replacement" if path in forced else ""
+        entries = list_diff(kind, path, before or {}, after or {})
+        if entries is not None:
+            lines += [f"  {path} = [{note}", *_list_entries(entries), "  ]"]
+            continue
         if path in old:
-            lines.append(f"- {path} = {_value(old[path])}")
+            lines.append(f"- {path} = {value_text(old[path])}")
         if path in new:
-            lines.append(f"+ {path} = {_value(new[path])}{note}")
+            lines.append(f"+ {path} = {value_text(new[path])}{note}")
+    return lines
+
+
+def _list_entries(entries: tuple[Entry, ...]) -> list[str]:
+    """A changed list's elements, inside its `[` and `]` lines: as in the terminal plan, but
+    a changed key is a `-` and a `+` line (what a `diff` block colours), not `~`."""
+    lines = []
+    for entry in entries:
+        if isinstance(entry, Hidden):
+            lines.append(f"    {entry.text}")
+        elif not entry.mapping:
+            lines.append(f"{entry.sign or ' '}   {value_text(entry.value)}")
+        else:
+            sign = entry.sign if entry.sign in ("+", "-") else " "
+            lines += [f"{sign}   {{", *_element_fields(entry), f"{sign}   }}"]
+    return lines
+
+
+def _element_fields(element: Element) -> list[str]:
+    lines = []
+    for field in element.fields:
+        if field.sign in ("-", "~"):
+            lines.append(f"-     {field.key} = {value_text(field.old)}")
+        if field.sign in ("+", "~"):
+            lines.append(f"+     {field.key} = {value_text(field.new)}")
+        if not field.sign:
+            lines.append(f"      {field.key} = {value_text(field.new)}")
+    if element.hidden:
+        lines.append(f"      {Hidden(element.hidden, 'attribute').text}")
     return lines
 
 
 def _whole(sign: str, kind: str, spec: dict[str, Any]) -> list[str]:
     flat = {k: v for k, v in flatten(_shown(kind, spec)).items() if v not in ({}, [], None)}
-    return [f"{sign} {key} = {_value(value)}" for key, value in flat.items()]
+    return [f"{sign} {key} = {value_text(value)}" for key, value in flat.items()]
 
 
 def _shown(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -65,13 +99,3 @@ def _shown(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         return spec
     head = {k: spec[k] for k in ("type", "name", "resources") if k in spec}
     return head | {k: v for k, v in explicit.items() if k not in head}
-
-
-def _value(value: Any) -> str:
-    # Specs hold secret references, never values; they are masked all the same, as in the
-    # terminal plan, so that a comment never quotes how a secret is wired.
-    if isinstance(value, str) and "${{ secrets." in value:
-        return SENSITIVE
-    if isinstance(value, list) and any(isinstance(v, str) and "${{ secrets." in v for v in value):
-        return SENSITIVE
-    return json.dumps(value, ensure_ascii=False)

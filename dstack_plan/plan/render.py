@@ -3,10 +3,10 @@ lines: `dstack plan` and `dstack apply` print them, the web UI's plan page shows
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from dstack_plan.plan.lines import Line, Part, styled
+from dstack_plan.plan.list_diff import Element, Entry, Hidden, list_diff, value_text
 from dstack_plan.plan.model import Action, Plan, ResourceChange
 from dstack_plan.plan.normalize import flatten, spec_from_normalized
 
@@ -31,7 +31,6 @@ _LEGEND = {
     Action.DELETE_THEN_CREATE: "destroy and then create replacement",
     Action.CREATE_THEN_DELETE: "create replacement and then destroy",
 }
-SENSITIVE = "(sensitive)"
 
 
 def render_plan(plan: Plan) -> list[Line]:
@@ -147,7 +146,7 @@ def _attributes(sym: str, color: str, spec: dict[str, Any], change: ResourceChan
     flat = {k: v for k, v in flatten(_shown(change.kind, spec)).items() if v not in ({}, [], None)}
     width = max((len(k) for k in flat), default=0)
     return [
-        ("      ", styled(sym, color), f" {key:<{width}} = {_value(key, value)}")
+        ("      ", styled(sym, color), f" {key:<{width}} = {value_text(value)}")
         for key, value in flat.items()
     ]
 
@@ -171,25 +170,54 @@ def _changed_attributes(change: ResourceChange) -> list[Line]:
     width = max((len(p) for p in paths), default=0)
     lines: list[Line] = []
     for path in paths:
-        old, new = before.get(path), after.get(path)
-        values = f"{_value(path, old)} -> {_value(path, new)}"
-        line: tuple[Part, ...] = (
-            "      ", styled("~", "yellow"), f" {path:<{width}} = {values}",
-        )  # fmt: skip
+        forced: tuple[Part, ...] = ()
         if path in change.replace_paths:
-            line += (" ", styled("# forces replacement", "red"))
-        lines.append(line)
+            forced = (" ", styled("# forces replacement", "red"))
+        entries = list_diff(change.kind, path, change.before or {}, change.after or {})
+        if entries is not None:
+            lines.append(("      ", styled("~", "yellow"), f" {path:<{width}} = [", *forced))
+            lines += _list_entries(entries)
+            lines.append("        ]")
+            continue
+        values = f"{value_text(before.get(path))} -> {value_text(after.get(path))}"
+        line: tuple[Part, ...] = ("      ", styled("~", "yellow"), f" {path:<{width}} = {values}")
+        lines.append(line + forced)
     hidden = len(set(before) | set(after)) - len(paths)
     if hidden > 0:
         lines.append(f"        # ({hidden} unchanged attributes hidden)")
     return lines
 
 
-def _value(path: str, value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, str) and "${{ secrets." in value:
-        return SENSITIVE
-    if isinstance(value, list) and any(isinstance(v, str) and "${{ secrets." in v for v in value):
-        return SENSITIVE
-    return json.dumps(value, ensure_ascii=False)
+_SIGN_COLORS = {"+": "green", "-": "red", "~": "yellow"}
+
+
+def _sign(sign: str) -> Part:
+    return styled(sign, _SIGN_COLORS[sign]) if sign else " "
+
+
+def _list_entries(entries: tuple[Entry, ...]) -> list[Line]:
+    """A changed list's elements (`plan.list_diff`), inside its `[` and `]` lines."""
+    lines: list[Line] = []
+    for entry in entries:
+        if isinstance(entry, Hidden):
+            lines.append(f"            {entry.text}")
+        elif not entry.mapping:
+            lines.append(("          ", _sign(entry.sign), f" {value_text(entry.value)},"))
+        else:
+            lines.append(("          ", _sign(entry.sign), " {"))
+            lines += _element_fields(entry)
+            lines.append("            },")
+    return lines
+
+
+def _element_fields(element: Element) -> list[Line]:
+    width = max(len(f.key) for f in element.fields)
+    lines: list[Line] = []
+    for field in element.fields:
+        value = value_text(field.old if field.sign == "-" else field.new)
+        if field.sign == "~":
+            value = f"{value_text(field.old)} -> {value}"
+        lines.append(("              ", _sign(field.sign), f" {field.key:<{width}} = {value}"))
+    if element.hidden:
+        lines.append(f"                {Hidden(element.hidden, 'attribute').text}")
+    return lines

@@ -141,7 +141,7 @@ class Project:
         self._clouds: ConfiguredClouds | None = None
         self._desired: Desired | None = None
         self._ssh_class: Callable[..., Provider] | None = None
-        self._containers_of: tuple[Desired, frozenset[str]] | None = None
+        self._containers_of: tuple[Desired, dict[str, bool]] | None = None
         self._context: dict[str, ResourceState] = {}
         """A submission's context: state entries its runs may refer to, by address."""
 
@@ -304,26 +304,30 @@ class Project:
             host_keys=pins,
             agent_dir=os.environ.get(SSH_AGENT_DIR_ENV) or DEFAULT_AGENT_DIR,
             need_containers=fleet in self._container_fleets(),
+            need_gpu_containers=self._container_fleets().get(fleet, False),
             clock=self.clock,
         )
         if not isinstance(provider, SSHProvider):  # fleets read what only it records
             raise ProviderError("ssh", f"{type(provider).__name__} is not SSHProvider")
         return provider
 
-    def _container_fleets(self) -> frozenset[str]:
+    def _container_fleets(self) -> dict[str, bool]:
         """The fleets a run of the configuration goes to with an `image:` (their hosts'
-        pre-flight then checks Docker, and the NVIDIA runtime where they have NVIDIA GPUs).
-        Empty when no configuration was loaded (destroy)."""
+        pre-flight then checks Docker), each with whether such a run wants GPUs (then the
+        NVIDIA runtime is checked where hosts have NVIDIA GPUs: a CPU-only container needs
+        none). Empty when no configuration was loaded (destroy)."""
+        from dstack_plan.runs.usage import run_gpus
+
         desired = self._desired
         if desired is None:
-            return frozenset()
+            return {}
         if self._containers_of is None or self._containers_of[0] is not desired:
             fleets = {r.name: r for r in desired.of_kind("fleet")}
-            wanted = frozenset(
-                fleet_of(r, fleets)
-                for r in desired
-                if isinstance(r.spec, RunSpec) and r.spec.image
-            )
+            wanted: dict[str, bool] = {}
+            for r in desired:
+                if isinstance(r.spec, RunSpec) and r.spec.image:
+                    fleet = fleet_of(r, fleets)
+                    wanted[fleet] = wanted.get(fleet, False) or run_gpus(r.spec) > 0
             self._containers_of = (desired, wanted)
         return self._containers_of[1]
 

@@ -78,6 +78,11 @@ async def test_nvidia_gpus_without_the_container_runtime(
     )
     # without containers, jobs run as processes: the GPUs are usable as they are
     assert (await check(ssh_hosts, tmp_path, "gpu", need_containers=False)).ok
+    # CPU-only containers need Docker, not its NVIDIA runtime
+    cpu_only = await check(
+        ssh_hosts, tmp_path, "gpu", need_containers=True, need_gpu_containers=False
+    )
+    assert cpu_only.ok and cpu_only.docker in ("user", "sudo")
 
 
 async def test_free_disk_threshold_and_a_hostile_agent_dir(

@@ -95,12 +95,15 @@ async def preflight(
     host: str,
     *,
     need_containers: bool,
+    need_gpu_containers: bool = True,
     agent_dir: str = ".dstack-plan",
     min_free_mb: int = 200,
     timeout: float = 30.0,
 ) -> PreflightReport:
     """Check `host` over `conn`; `agent_dir` is relative to the login user's home unless
-    absolute. Never raises for a failed check: they are all in the report's `failures`."""
+    absolute. Docker is checked with `need_containers`, and its NVIDIA runtime (on a host
+    with NVIDIA GPUs) only with `need_gpu_containers` too: what the runs going there need.
+    Never raises for a failed check: they are all in the report's `failures`."""
     try:
         done = await conn.run(_script(agent_dir, need_containers), timeout=timeout)
     except (asyncssh.Error, OSError, TimeoutError) as e:
@@ -152,7 +155,7 @@ async def preflight(
             f"({facts.get('docker_error', '').strip()}): add the user to the docker group "
             f"(sudo usermod -aG docker {user}) or allow it passwordless sudo"
         )
-    elif docker in ("user", "sudo") and gpus and not nvidia_runtime:
+    elif docker in ("user", "sudo") and gpus and not nvidia_runtime and need_gpu_containers:
         # dstack issue #1947: without the runtime, GPU containers start without GPUs, silently
         failures.append(
             f"the host has {gpus} NVIDIA GPU(s) but Docker has no NVIDIA runtime: install the "

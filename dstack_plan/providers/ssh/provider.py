@@ -75,6 +75,7 @@ class SSHProvider(Provider):
         bundle: AgentBundle | None = None,
         agent_dir: str = DEFAULT_AGENT_DIR,
         need_containers: bool = False,
+        need_gpu_containers: bool = True,
         concurrency: int = 16,
         connect_timeout: float = 10.0,
         clock: Clock | None = None,
@@ -97,6 +98,9 @@ class SSHProvider(Provider):
         """Where the agent goes on each host: relative to the login user's home unless
         absolute."""
         self.need_containers = need_containers
+        """Its runs use `image:`: pre-flight checks Docker."""
+        self.need_gpu_containers = need_gpu_containers
+        """Some of them want GPUs: pre-flight checks Docker's NVIDIA runtime on GPU hosts."""
         self.policy = HostKeyPolicy(host_keys or MemoryHostKeyStore(), known_hosts=known_hosts)
         self.pool = SSHPool(
             self.policy, concurrency=concurrency, connect_timeout=connect_timeout, clock=clock
@@ -291,7 +295,11 @@ class SSHProvider(Provider):
     async def _provision(self, instance: Instance, target: SSHTarget) -> Instance:
         conn = await self.pool.connect(target)
         report = await preflight(
-            conn, target.name, need_containers=self.need_containers, agent_dir=self.agent_dir
+            conn,
+            target.name,
+            need_containers=self.need_containers,
+            need_gpu_containers=self.need_gpu_containers,
+            agent_dir=self.agent_dir,
         )
         report.raise_for_failures()
         enrollment = self.enrollment

@@ -43,7 +43,7 @@ from dstack_plan.runs.queueing import (
     waiting_for,
     waits_for_capacity,
 )
-from dstack_plan.runs.records import JobRecord, RunRecord
+from dstack_plan.runs.records import JobRecord, RunRecord, retry_due_at
 from dstack_plan.runs.rollout import job_spec_hash, roll, rolls, stamped
 from dstack_plan.runs.scaling import kept_replicas, scaled_to_zero
 from dstack_plan.runs.share_gate import check_share
@@ -568,4 +568,6 @@ def _refreshed(
     jobs = [r.refreshed(infos[r.id]) if r.id in infos else r for r in record.jobs]
     attributes = {**current.attributes, "jobs": [j.to_json() for j in jobs]}
     status = run_status([info for _, info in found])
+    if status == "failed" and retry_due_at(attributes) is not None:
+        status = "pending"  # its retry resubmits it (watch/retries.py): not failed yet
     return Refreshed(status, attributes, crashed=crash(current.kind, current.name, found))

@@ -9,7 +9,7 @@ defaults.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from dstack_plan.agent.api_models import JobInfo, PublishedPort
@@ -207,10 +207,21 @@ def _ports(raw: object) -> tuple[PublishedPort, ...]:
 
 
 def run_span_id(run: ResourceState) -> str:
-    """The span id every event and log line of this run object shares
-    (`state.events.span_id` of its address and generation, or its creation time when it has
-    no jobs yet)."""
-    return span_id(run.address, RunRecord.of(run).generation or run.created_at)
+    """The span id every event and log line of this run object shares, from its submission
+    to its end, retries and rolling updates included (`state.events.span_id` of its address
+    and creation time: a run replaced under the same address starts a new span)."""
+    return span_id(run.address, run.created_at)
+
+
+RETRY_KEY = "retry"
+"""The run's retry state in its attributes (`watch/retry_model.RetryState`)."""
+
+
+def retry_due_at(attributes: Mapping[str, Any]) -> float | None:
+    """When the retry policy resubmits the run next, while it waits to (else None)."""
+    retry = attributes.get(RETRY_KEY)
+    due = retry.get("next_attempt_at") if isinstance(retry, dict) else None
+    return float(due) if isinstance(due, int | float) else None
 
 
 SERVICE_URL_KEY = "service_url"

@@ -35,11 +35,10 @@ from dstack_plan.runs.queueing import (
     waits_for_capacity,
 )
 from dstack_plan.runs.quota_gate import hold_for_quota
-from dstack_plan.runs.records import RunRecord, run_span_id
+from dstack_plan.runs.records import RETRY_KEY, RunRecord, run_span_id
 from dstack_plan.runs.schedule import cron_due
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.restart import queued_entry, restart_run
-from dstack_plan.watch.retries import RETRY_KEY
 from dstack_plan.watch.retry import backoff, decide_retry
 from dstack_plan.watch.retry_model import JobOutcome, RetryState
 from dstack_plan.watch.superseded import Superseded, log_superseded

@@ -24,7 +24,7 @@ from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import AgentError, DstackPlanError
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.runs.queueing import STOPPED_BY_USER, NoCapacity
-from dstack_plan.runs.records import RunRecord, run_span_id
+from dstack_plan.runs.records import RETRY_KEY, RunRecord, run_span_id
 from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState, State, timestamp
 from dstack_plan.watch.restart import queued_entry, restart_jobs, restart_run
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from dstack_plan.project import Project
 
 log = logging.getLogger(__name__)
-
-RETRY_KEY = "retry"
 
 
 class RetryPolicy:
@@ -162,7 +160,8 @@ async def _carry_out(
     if decision.action == "none":
         return None
     if decision.action in ("wait", "fail"):
-        status = "failed" if decision.action == "fail" else run.status
+        # a run waiting for its retry is `pending` (as dstack's), not failed
+        status = "failed" if decision.action == "fail" else "pending"
         if decision.action == "fail" and decision.reason:
             attributes["termination_reason"] = decision.reason
         if decision.preempted:

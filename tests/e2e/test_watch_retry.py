@@ -54,6 +54,11 @@ def test_a_job_failing_once_is_retried_only_when_the_run_says_so(
         assert entry["attributes"]["jobs"][0]["id"] == first
         waiting = entry["attributes"]["retry"]["next_attempt_at"]
         assert waiting - entry["attributes"]["retry"]["last_failure_at"] == 15
+        # waiting for its retry, the run is pending (as dstack says), in state and in ps
+        assert entry["status"] == "pending"
+        [row] = json.loads(dstack("ps", "--json").stdout)
+        assert row["status"] == "pending"
+        assert [n.split(" at ")[0] for n in row["notes"]] == ["retrying"]
         later = FakeClock(time.time() + 16)
         watcher = Watcher(Project(project, agent_dir=agent_dir, clock=later))
         asyncio.run(_tick_and_close(watcher))
@@ -63,6 +68,7 @@ def test_a_job_failing_once_is_retried_only_when_the_run_says_so(
         row = wait_for_status(dstack, "task.flaky", {"done"})
         assert row["jobs"][0]["exit_code"] == 0
         assert dstack("logs", "flaky").stdout == "second try\n"
+        assert dstack("watch", "--once").returncode == 0  # the second attempt's events too
     else:
         assert entry["status"] == "failed"
         assert entry["attributes"]["jobs"][0]["id"] == first  # never retried
@@ -72,6 +78,10 @@ def test_a_job_failing_once_is_retried_only_when_the_run_says_so(
     assert events.returncode == 0, events.stderr
     lines = [json.loads(line) for line in events.stdout.splitlines()]
     assert any(e["address"] == "task.flaky" and e["new_status"] == "failed" for e in lines)
+    runs = [(e["old_status"], e["new_status"]) for e in lines if e["kind"] == "run"]
+    if retry:  # never `failed` on the way: pending while it waits, then done
+        assert any(new == "pending" for _, new in runs), runs
+        assert runs[-1][1] == "done" and all(new != "failed" for _, new in runs), runs
     # every event says why: the job's exit, and (without retry) the run's end
     (exited,) = [e for e in lines if e["kind"] == "job" and e["new_status"] == "failed"]
     assert exited["reason"] == "container_exited_with_error: exited with code 3", exited

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
+from dstack_plan.agent.protocol import FINISHED_STATUSES
 from dstack_plan.clock import Clock
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.config.resource import Desired, Resource
@@ -30,6 +31,7 @@ from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.runs.placing import FleetPlacements, HostRun, place_on_fleet
 from dstack_plan.runs.plan_victims import with_victims
 from dstack_plan.runs.plan_wait import with_estimates
+from dstack_plan.runs.records import RunRecord
 from dstack_plan.sharing.imports import is_imported
 from dstack_plan.state.model import State
 
@@ -124,6 +126,11 @@ class RunPlacement:
                     never[resource.address] += f"; {more}"
         if never:
             raise PlanError("\n".join(never.values()))
+        for resource in runs:  # a run the plan keeps is where its jobs are, not where it would go
+            if not starts(resource.address):
+                kept = recorded_placement(state, resource.address)
+                if kept is not None:
+                    result[resource.address] = kept
         from dstack_plan.runs.queueing import plan_note  # queued and scheduled runs
 
         specs = {r.address: r.spec for r in runs}
@@ -213,6 +220,26 @@ class RunPlacement:
         # their model
         declared = cast("list[VolumeSpec]", [r.spec for r in desired.of_kind("volume")])
         return volume_sites(state, declared)
+
+
+def recorded_placement(state: State, address: str) -> Placement | None:
+    """Where the run at `address` runs, or ran, as its state entry records its jobs (None
+    when it has none: a queued run still waits for a placement)."""
+    entry = state.get(address)
+    if entry is None:
+        return None
+    record = RunRecord.of(entry)
+    if not record.jobs:
+        return None
+    finished = entry.status in FINISHED_STATUSES
+    return Placement(
+        fleet=record.fleet,
+        provider=entry.provider,
+        hosts=tuple(sorted({j.host for j in record.jobs})),
+        price_per_hour=record.price_per_hour,
+        placed=True,
+        note=f"ran there ({entry.status})" if finished else None,
+    )
 
 
 def fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:

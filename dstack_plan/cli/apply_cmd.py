@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -149,11 +151,53 @@ def run_destroy(
 
 
 def run_flow(project, options, **flow: Any) -> None:  # noqa: ANN001 - imported lazily
-    """Run the apply flow; exit 1 unless everything succeeded."""
-    with common.no_leftover_state_dir(project):
-        ok = common.run_with(project, lambda p: _apply_flow(p, options, **flow))
+    """Run the apply flow; exit 1 unless everything succeeded. Ctrl-C before the changes
+    begin (while refreshing, planning, asking) says nothing was changed and exits 130."""
+    changing = _Changing()
+    with (
+        common.nothing_changed_on_interrupt(lambda: changing.began),
+        common.no_leftover_state_dir(project),
+        _errors_not_logged(),
+    ):
+        ok = common.run_with(project, lambda p: _apply_flow(p, options, changing, **flow))
     if not ok:
         raise typer.Exit(1)
+
+
+class _Changing:
+    """Whether the apply proper began (past it, its own interrupt handling decides)."""
+
+    began = False
+
+
+@contextmanager
+def _errors_not_logged() -> Iterator[None]:
+    """Leave out the warnings that only repeat an error, while logging is not configured.
+
+    Without --log-level, Python prints warnings on stderr as they are (`logging.lastResort`).
+    One whose whole text is a DstackPlanError (`log.warning("%s", e)`: a host that did not
+    answer) is an error the apply says itself, in the failure of its resource: printed, it
+    would be said twice. Configured logging (--log-level) is left alone.
+    """
+    import logging
+
+    from dstack_plan.errors import DstackPlanError
+
+    def said_anyway(record: logging.LogRecord) -> bool:
+        args = record.args
+        if record.msg != "%s" or not isinstance(args, tuple) or len(args) != 1:
+            return True
+        return not isinstance(args[0], DstackPlanError)
+
+    handler = logging.lastResort
+    if handler is None:
+        yield
+        return
+    handler.addFilter(said_anyway)
+    try:
+        yield
+    finally:
+        handler.removeFilter(said_anyway)
 
 
 async def _publish(project, destroy: bool) -> None:  # noqa: ANN001 - Project, lazily
@@ -167,6 +211,7 @@ async def _publish(project, destroy: bool) -> None:  # noqa: ANN001 - Project, l
 async def _apply_flow(
     project,  # noqa: ANN001 - Project, imported lazily
     options,  # noqa: ANN001
+    changing: _Changing,
     *,
     saved_plan: str | None,
     approve: bool,
@@ -205,6 +250,7 @@ async def _apply_flow(
             print_lines([f"{'Destroy' if destroy else 'Apply'} cancelled."])
             return False
         interrupt = Interrupt()
+        changing.began = True
         with interrupt.signal_handlers():
             report = await project.apply(
                 plan,
@@ -317,8 +363,8 @@ def _report_lines(report) -> list[Line]:  # noqa: ANN001 - ApplyReport, imported
     from dstack_plan.plan.lines import styled
 
     lines: list[Line] = []
+    # no `Error:` lines: each error was said once already, on stderr, as its resource failed
     for label, results in (
-        (styled("Error:", "red"), report.failed),
         (styled("Skipped:", "yellow"), report.skipped),
         (styled("Not started:", "yellow"), report.not_started),
     ):

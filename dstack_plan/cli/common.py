@@ -1,4 +1,5 @@
-"""Shared command-line plumbing: options every project command takes, running coroutines."""
+"""Shared command-line plumbing: options every project command takes, running coroutines,
+Ctrl-C before anything changed (`nothing_changed_on_interrupt`)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,28 @@ PruneOpt = typer.Option(
     help="Also delete the submitted resources (apply -f, the SDK) the files do not declare.",
 )
 LockTimeoutOpt = typer.Option(0.0, "--lock-timeout", help="Seconds to wait for the state lock.")
+
+
+def run_bare_group(ctx: typer.Context, default: Callable[[], None]) -> None:
+    """The callback of a group that runs bare, as dstack's do: alone (`dstack fleet`), it runs
+    `default`, one of its subcommands (`list`) given the group's options, which are that
+    subcommand's (`dstack fleet --json` is `dstack fleet list --json`). Given before another
+    subcommand they would be dropped without a word (`dstack fleet --json probe F`): a usage
+    error says where they go instead."""
+    if ctx.invoked_subcommand is None:
+        default()
+        return
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if source is not None and source.name == "COMMANDLINE":
+            from dstack_plan.cli.app import UsageError
+
+            option, path = param.opts[0], ctx.command_path
+            raise UsageError(
+                f"{option} before a subcommand is an option of bare `{path}`; give it after "
+                f"the subcommand: {path} {ctx.invoked_subcommand} ... {option}",
+                ctx,
+            )
 
 
 def make_project(
@@ -116,6 +139,23 @@ def no_leftover_state_dir(project: Project) -> Iterator[None]:
                 pass
 
 
+INTERRUPTED_UNCHANGED = "Interrupted: nothing was changed."
+
+
+@contextmanager
+def nothing_changed_on_interrupt(changing: Callable[[], bool] = lambda: False) -> Iterator[None]:
+    """Ctrl-C in the body while it only reads (refreshes, plans, asks): say on stderr that
+    nothing was changed and exit 130. Once `changing()` is true the interrupt goes on as it
+    would (an apply handles its own, see `apply/interrupt.py`)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if changing():
+            raise
+        sys.stderr.write(f"{INTERRUPTED_UNCHANGED}\n")
+        raise typer.Exit(130) from None
+
+
 def run_with(project: Project, work: Callable[[Project], Awaitable[T]]) -> T:
     """Run `work(project)` on a fresh event loop and close the project's connections after."""
     import asyncio
@@ -143,12 +183,10 @@ def _say_if_agent_started(project: Project) -> None:
     started = project.local.started
     if started is None:
         return
-    from dstack_plan.cli.output import print_lines
-    from dstack_plan.plan.lines import styled
+    from dstack_plan.cli.output import notice
 
     note = (
         f"Started the local agent (pid {started.pid}, data in {started.data_dir}); it keeps "
-        "running in the background to look after jobs. Stop it with: "
-        "python -m dstack_plan.agent stop"
+        "running in the background to look after jobs. Stop it with: dstack agent stop"
     )
-    print_lines([(styled(note, "dim"),)], stderr=True)
+    notice(note, event="agent_started")

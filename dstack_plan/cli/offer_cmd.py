@@ -46,7 +46,7 @@ def offer(
     price_per_hour, availability, free_gpus, held_by, error}], unmatched: [{fleet, host,
     reason}], notes}. Nothing is written to state.
     """
-    from dstack_plan.cli.output import console, print_json
+    from dstack_plan.cli.output import print_json, print_table
     from dstack_plan.inspect.offers import list_offers
 
     requirements = _requirements(gpu=gpu, cpu=cpu, memory=memory, disk=disk)
@@ -55,7 +55,7 @@ def offer(
     if as_json:
         print_json(view.model_dump(mode="json"))
         return
-    console().print(_render(view))
+    print_table(_render(view))
 
 
 def _requirements(**flags: str | None) -> ResourcesSpec:
@@ -85,6 +85,7 @@ def _render(view: OfferView) -> Any:
     if view.offers:
         table = Table(box=None, pad_edge=False, header_style="bold")
         for column in ("#", "FLEET", "HOST", "RESOURCES", "PRICE", "AVAILABILITY"):
+            # AVAILABILITY wraps between its words (output.whole_rows); the rest stay whole
             table.add_column(column, no_wrap=column != "AVAILABILITY")
         for number, row in enumerate(view.offers, 1):
             table.add_row(

@@ -108,7 +108,7 @@ def plan(
         allow_destroy_protected=tuple(allow_destroy),
         prune=prune,
     )
-    with progress("Refreshing state and planning..."):
+    with common.nothing_changed_on_interrupt(), progress("Refreshing state and planning..."):
         result, _ = common.run_with(project, lambda p: p.plan(options))
     report = check_policies(result, directory, policy)
     if out:

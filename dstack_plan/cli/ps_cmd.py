@@ -21,6 +21,8 @@ _STATUS_STYLE = {
     "aborted": "red",
     "terminating": "yellow",
 }
+_WRAPPING = ("HOSTS", "PORTS", "NOTE")
+"""The columns of `dstack ps` whose cells wrap between words on a narrow terminal."""
 
 
 def ps(
@@ -53,7 +55,7 @@ def ps(
     -w shows the table again every --interval (in place on a terminal) until Ctrl-C.
     Nothing is written to state.
     """
-    from dstack_plan.cli.output import print_json
+    from dstack_plan.cli.output import print_json, print_table
     from dstack_plan.inspect.runs import list_runs
 
     project = common.make_project(directory, files, state)
@@ -69,7 +71,7 @@ def ps(
     if as_json:
         print_json([v.model_dump(mode="json") for v in views])
         return
-    console().print(_render(views, project.clock.now(), all_runs))
+    print_table(_render(views, project.clock.now(), all_runs))
 
 
 def _seconds(interval: str) -> float:
@@ -97,6 +99,7 @@ async def _live(
 
     from rich.live import Live
 
+    from dstack_plan.cli.output import whole_rows
     from dstack_plan.inspect.runs import list_runs
 
     out = console()
@@ -105,7 +108,7 @@ async def _live(
         views = await list_runs(project, all_runs=all_runs, addresses=only)
         if as_json:
             return json.dumps([v.model_dump(mode="json") for v in views])
-        return _render(views, project.clock.now(), all_runs)
+        return whole_rows(_render(views, project.clock.now(), all_runs))
 
     if as_json or not out.is_terminal:
         while True:
@@ -145,15 +148,16 @@ def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
     noted = any(view.notes for view in views)  # the NOTE column only when it says something
     columns = ["NAME", "STATUS", "FLEET", "HOSTS", "PORTS", "GPU", "PRICE", "AGE"]
     for column in [*columns, "NOTE"] if noted else columns:
-        # names stay whole: a folded `replica=0 job=1` reads as two rows
-        table.add_column(column, overflow="fold", no_wrap=column == "NAME")
+        # names and statuses stay whole (a folded `replica=0 job=1` reads as two rows); host
+        # lists, ports and notes wrap between words, never in an address (output.whole_rows)
+        table.add_column(column, no_wrap=column not in _WRAPPING)
     for view in views:
         status = _styled(view.status) + ("[yellow]*[/]" if view.error else "")
         table.add_row(
             view.address,
             status,
             view.fleet,
-            ",".join(view.hosts) or "-",
+            ", ".join(view.hosts) or "-",
             _ports(view.jobs[0]) if len(view.jobs) == 1 else "",
             run_gpus(view),
             f"${view.price_per_hour:.2f}/h",

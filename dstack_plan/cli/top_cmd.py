@@ -59,7 +59,7 @@ async def _snapshot(project: Project) -> TopView:
 async def _live(project: Project, interval: float) -> None:
     from rich.live import Live
 
-    from dstack_plan.cli.output import console
+    from dstack_plan.cli.output import console, whole_rows
     from dstack_plan.inspect.top import TopSampler
 
     sampler = TopSampler(project.machines, project.clock)
@@ -67,7 +67,7 @@ async def _live(project: Project, interval: float) -> None:
         while True:
             # state is read again each time: hosts an apply adds meanwhile show up
             view = await sampler.snapshot(project.backend.read().state)
-            live.update(_rich_table(view, interval), refresh=True)
+            live.update(whole_rows(_rich_table(view, interval)), refresh=True)
             await project.clock.sleep(interval)
 
 

@@ -88,6 +88,7 @@ _GROUPS: dict[str, str] = {
     "namespace": "namespace_cmd",
     "export": "export_cmd",
     "catalog": "catalog_cmd",
+    "agent": "agent_cmd",
 }
 # the global options (see `_global`), split by whether they take a value
 _GLOBAL_FLAGS = ("--debug", "--no-color")

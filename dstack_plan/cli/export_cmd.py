@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     name="export",
-    help="Share fleets and gateways with other projects (create, update, delete, list).",
-    no_args_is_help=True,
+    help="Share fleets and gateways with other projects (create, update, delete, list); "
+    "alone, as `dstack export list`.",
     add_completion=False,
     rich_markup_mode=None,
 )
@@ -127,6 +127,12 @@ def delete(
     _edit(
         state, lambda s: deleted(s, name), "export delete", f"Deleted export {name}", lock_timeout
     )
+
+
+@app.callback(invoke_without_command=True)
+def bare(ctx: typer.Context, state: str = common.StateOpt, as_json: bool = common.JsonOpt) -> None:
+    """`dstack export [--json]` alone is `dstack export list`, as in dstack."""
+    common.run_bare_group(ctx, lambda: list_(state, as_json))
 
 
 @app.command("list")

@@ -10,23 +10,34 @@ from dstack_plan.cli import common
 
 app = typer.Typer(
     name="fleet",
-    help="Work with fleets (list, add-host, trust, probe).",
-    no_args_is_help=True,
+    help="Work with fleets (list, add-host, trust, probe); alone, as `dstack fleet list`.",
     add_completion=False,
     rich_markup_mode=None,
 )
 
 HEADERS = ["FLEET", "HOST", "STATUS", "GPUS", "CPUS", "MEMORY", "DISK", "AGENT"]
+ListDirOpt = typer.Option(Path("."), "--dir", help="Project directory.")
+RefreshOpt = typer.Option(False, "--refresh", help="Ask every host now (state is not written).")
+
+
+@app.callback(invoke_without_command=True)
+def bare(
+    ctx: typer.Context,
+    directory: Path = ListDirOpt,
+    state: str = common.StateOpt,
+    refresh: bool = RefreshOpt,
+    as_json: bool = common.JsonOpt,
+) -> None:
+    """`dstack fleet [--json] ...` alone is `dstack fleet list`, as in dstack."""
+    common.run_bare_group(ctx, lambda: list_(None, directory, state, refresh, as_json))
 
 
 @app.command("list")
 def list_(
-    name: str = typer.Argument(None, help="Only this fleet (the NAME of fleet.NAME)."),
-    directory: Path = typer.Option(Path("."), "--dir", help="Project directory."),
+    name: str | None = typer.Argument(None, help="Only this fleet (the NAME of fleet.NAME)."),
+    directory: Path = ListDirOpt,
     state: str = common.StateOpt,
-    refresh: bool = typer.Option(
-        False, "--refresh", help="Ask every host now (state is not written)."
-    ),
+    refresh: bool = RefreshOpt,
     as_json: bool = common.JsonOpt,
 ) -> None:
     """The hosts of the fleets in state: status, GPUs, CPUs, memory, disk, agent version;
@@ -38,10 +49,16 @@ def list_(
 
     From the state the last apply wrote; `--refresh` asks each host first (a host that does
     not answer is shown `unreachable` with the reason).
+
+    STATUS is dstack's instance status: `busy` while a job runs on the host (of any project),
+    `idle` when none does (each agent is asked now, as `dstack top` does; no agent is
+    started), `unreachable` when its agent does not answer (or did not at its last check),
+    `pending`/`provisioning`/`terminating`/`terminated` while it is set up or torn down.
     """
     from dstack_plan.cli.output import print_json, print_lines
     from dstack_plan.errors import DstackPlanError
     from dstack_plan.inspect.fleets import (
+        ask_hosts,
         fleet_records,
         fleets_json,
         host_rows,
@@ -51,30 +68,29 @@ def list_(
     from dstack_plan.sharing.imports import is_imported
 
     project = common.make_project(directory, [], state)
-    if refresh:
 
-        async def refreshed(p):  # noqa: ANN001, ANN202 - Project, imported lazily
-            return (await p.refresh()).state
+    async def listed(p):  # noqa: ANN001, ANN202 - Project, imported lazily
+        current = (await p.refresh()).state if refresh else p.backend.read().state
+        if name is not None and is_imported(name):
+            shared = imported_records(p.imports)
+            if name not in shared:
+                known = ", ".join(shared) or "none"
+                raise DstackPlanError(
+                    f"no fleet {name!r} exported to this project (imported: {known})"
+                )
+            records = {name: shared[name]}
+        else:
+            records = fleet_records(current, name)
+            if name is None:  # then the fleets other projects export to this one
+                records |= imported_records(p.imports)
+        p.machines.start_agents = False  # a listing only asks the agents that run
+        return records, await ask_hosts(p.machines, current, records)
 
-        current = common.run_with(project, refreshed)
-    else:
-        current = project.backend.read().state
-    if name is not None and is_imported(name):
-        shared = imported_records(project.imports)
-        if name not in shared:
-            known = ", ".join(shared) or "none"
-            raise DstackPlanError(
-                f"no fleet {name!r} exported to this project (imported: {known})"
-            )
-        records = {name: shared[name]}
-    else:
-        records = fleet_records(current, name)
-        if name is None:  # then the fleets other projects export to this one, with their owner
-            records |= imported_records(project.imports)
+    records, answers = common.run_with(project, listed)
     if as_json:
-        print_json(fleets_json(records))
+        print_json(fleets_json(records, answers))
         return
-    rows = [HEADERS, *host_rows(records)]
+    rows = [HEADERS, *host_rows(records, answers)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     note = reboot_note(records)

@@ -39,7 +39,8 @@ class HostRecord(BaseModel):
     instance_id: str = ""
     status: str = "unknown"
     """`idle` when its agent answered, `unreachable` when the last attempt failed (as a
-    refresh records it; `dstack watch` only from the third failed check in a row)."""
+    refresh records it; `dstack watch` only from the third failed check in a row). Whether
+    it is `busy` is not recorded: what shows it asks its agent (`fleets/host_status.py`)."""
     resources: MachineResources | None = None
     agent_version: str | None = None
     agent_sha256: str | None = None

@@ -9,7 +9,8 @@ A fleet's host is shared by the jobs placed on it, so it matches when it can giv
 bounds (`providers.matching.static_mismatch`); a provider's offer is a whole machine, so every
 range must hold it (`offer_mismatch`). Each host's agent is asked what runs there, to say
 whether it is idle, available (jobs run, but the GPUs asked for are free) or busy (and with
-what). Hosts that do not match are listed apart, with why. Nothing is written.
+what); idle, busy and unreachable as `fleets.host_status` decides them for `dstack fleet
+list` too. Hosts that do not match are listed apart, with why. Nothing is written.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dstack_plan.config.gpu_share import WHOLE
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.fleets.host_load import BusyJob, busy_jobs
+from dstack_plan.fleets.host_status import IDLE, UNREACHABLE, host_status
 from dstack_plan.fleets.machines import Machine
 from dstack_plan.providers.base import MachineResources, Offer
 from dstack_plan.providers.configured import cloud_providers
@@ -186,7 +188,10 @@ async def _host_row(
             error = f"no answer within {HOST_TIMEOUT:g}s"
     resources = machine.resources
     held: tuple[str, ...] = ()
-    if busy is None:
+    # its status as `fleet list` shows it (a host offered here was set up: its facts are
+    # recorded); a busy one is still `available` when the GPUs asked for are free
+    status = host_status(IDLE, None if busy is None else len(busy))
+    if busy is None or status == UNREACHABLE:
         availability: Availability = "unreachable"
         free = None
     else:
@@ -194,7 +199,7 @@ async def _host_row(
         free = sum(1 for f in per_gpu if f >= WHOLE)  # a GPU shared by a job is not free
         held = tuple(dict.fromkeys(b.held.owner for b in busy))
         wanted = gpus_wanted(req.gpu)
-        if not busy:
+        if status == IDLE:
             availability = "idle"
         elif not wanted or take(per_gpu, wanted, gpu_share_wanted(req.gpu)) is not None:
             availability = "available"

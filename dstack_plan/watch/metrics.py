@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.fleets.host_status import INSTANCE_STATUSES as HOST_INSTANCE_STATUSES
 from dstack_plan.watch.model import HostSeen, TickReport
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,10 @@ JOB_STATUSES = (
     "failed",
     "done",
 )
-INSTANCE_STATUSES = ("pending", "provisioning", "idle", "busy", "terminating", "terminated")
-"""Always exported (as 0 when none), so a dashboard shows 0 rather than "no data"; other
-statuses seen (`unknown`, `unreachable`) are exported when they occur."""
+INSTANCE_STATUSES = HOST_INSTANCE_STATUSES
+"""dstack's instance statuses, always exported (as 0 when none), so a dashboard shows 0 rather
+than "no data"; `unreachable` is exported when it occurs. Each host's status comes from
+`fleets.host_status.host_status` (`busy` while any job runs there, of any project)."""
 
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """Seconds; the target is a tick under 1 s, and a tick stuck on agents lasts tens of seconds."""

@@ -30,6 +30,9 @@ class HostSeen(_Frozen):
     error: str | None = None
     metrics_text: str | None = None
     """The agent's Prometheus exposition (`/metrics`), when it answered."""
+    jobs: int | None = None
+    """Jobs not finished on the host, of every project, as that exposition counts them (None
+    when it did not answer): busy or idle (`fleets/host_status.py`)."""
 
 
 class TickReport(_Frozen):
@@ -45,7 +48,8 @@ class TickReport(_Frozen):
     jobs: tuple[JobSeen, ...] = ()
     hosts: tuple[HostSeen, ...] = ()
     fleets: dict[str, dict[str, int]] = {}
-    """Fleet name -> instance status -> count (`{"onprem": {"idle": 2, "unreachable": 1}}`)."""
+    """Fleet name -> instance status -> count (`{"onprem": {"busy": 1, "idle": 1,
+    "unreachable": 1}}`), each host's status by `fleets.host_status.host_status`."""
     queue_depth: int = 0
     """Runs waiting to be placed (pending)."""
     retries: int = 0

@@ -1,17 +1,18 @@
 """Hosts that stop answering: marked unreachable after consecutive failed checks, their jobs
 failed with `instance_unreachable` after a grace period (reference §3.5 "Reachability").
 
-Each tick asks every machine of the fleets runs use for its metrics (`Tick.hosts`). One
-failed check is not a dead host (a slow link, an agent restarting): an SSH host is marked
-`unreachable` only at the FAILED_CHECKS-th consecutive one, `unreachable_since` being the time
-of the first. The count lives in the fleet's host record, so a restarted watch carries on.
-A job on a host unreachable for longer than GRACE_S fails with `instance_unreachable`: its
-record says `failed` and the run remembers when (`LOST_KEY`), so the retry policy, which runs
-after this actor in the same tick, takes it as an interruption without asking its dead agent.
-SSH hosts are never terminated for it. The host keeps the ids of the jobs given up on it
-(`HostRecord.lost_jobs`); when it answers again they are stopped and removed there, so a job
-that ran on unseen is not run twice. The local fleet (this machine) is never marked: its
-agent not answering fails the tick, and the next one asks again.
+Each tick asks every machine of the fleets in state and of the fleets runs use for its
+metrics (`Tick.hosts`). One failed check is not a dead host (a slow link, an agent
+restarting): an SSH host is marked `unreachable` only at the FAILED_CHECKS-th consecutive
+one, `unreachable_since` being the time of the first. The count lives in the fleet's host
+record, so a restarted watch carries on. A job on a host unreachable for longer than GRACE_S
+fails with `instance_unreachable`: its record says `failed` and the run remembers when
+(`LOST_KEY`), so the retry policy, which runs after this actor in the same tick, takes it as
+an interruption without asking its dead agent. SSH hosts are never terminated for it. The
+host keeps the ids of the jobs given up on it (`HostRecord.lost_jobs`); when it answers again
+they are stopped and removed there, so a job that ran on unseen is not run twice. The local
+fleet (this machine) is never marked: its agent not answering fails the tick, and the next
+one asks again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dstack_plan.agent.protocol import FINISHED_STATUSES, TERMINATED_BY_SERVER
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, DstackPlanError
+from dstack_plan.fleets.host_status import UNREACHABLE
 from dstack_plan.fleets.records import FleetRecord, HostRecord
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.runs.records import JobRecord, RunRecord, run_span_id
@@ -39,7 +41,6 @@ GRACE_S = 120.0
 """How long a host stays unreachable before its jobs fail (dstack: 2 min disconnected)."""
 LOST_KEY = "unreachable_jobs"
 """Run attribute: job id -> when watch gave it up (epoch seconds) for its host."""
-UNREACHABLE = "unreachable"
 
 
 def lost_jobs(run: ResourceState) -> dict[str, float]:
@@ -147,7 +148,7 @@ class Reachability:
         host = kept.model_copy(update={"problem": host.problem})
         answer = next((s for s in seen if s.host == host.name), None)
         if answer is None:
-            return host  # not asked this tick (no run uses it): nothing learnt
+            return host  # not asked this tick (its fleet's machines unknown): nothing learnt
         was_unreachable = host.failed_checks >= FAILED_CHECKS
         if answer.reachable:
             lost = await self._stop_lost(tick, fleet, host) if host.lost_jobs else ()

@@ -39,7 +39,8 @@ class Tick:
     now: float
     """Epoch seconds, from the project's clock."""
     hosts: Sequence[HostSeen] = ()
-    """Every machine of the fleets runs use, asked for its metrics this tick."""
+    """Every machine of the fleets in state and of the fleets runs use, asked for its metrics
+    this tick."""
 
 
 @dataclass

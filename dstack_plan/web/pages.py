@@ -161,7 +161,7 @@ async def run_page(request: web.Request) -> web.Response:
 
 async def fleets_page(request: web.Request) -> web.Response:
     source = source_of(request)
-    fleets = source.fleets()
+    fleets = await source.fleets()
     top = await source.hosts()
     views = await source.runs()
     history = source.metrics(None)

@@ -104,13 +104,19 @@ class ApiSource:
 
         return {entry.address: namespace_of(entry.spec) for entry in run_entries(self.state())}
 
-    def fleets(self) -> FleetList:
-        from dstack_plan.inspect.fleets import fleet_list, fleet_records, imported_records
+    async def fleets(self) -> FleetList:
+        """The fleets as `fleet list --json` lists them, each host's status from what its
+        agent answered in the `hosts` snapshot (`top`: the same agents, asked once)."""
+        from dstack_plan.inspect.fleets import (
+            fleet_list,
+            fleet_records,
+            imported_records,
+            top_answers,
+        )
 
         # this project's fleets, then those other projects export to it (`owner/name`)
-        return fleet_list(
-            {**fleet_records(self.state()), **imported_records(self.project.imports)}
-        )
+        records = {**fleet_records(self.state()), **imported_records(self.project.imports)}
+        return fleet_list(records, top_answers(await self.hosts()))
 
     async def hosts(self) -> TopView:
         """The hosts as `top --json` shows them, from a snapshot (as `runs`)."""

@@ -23,6 +23,7 @@ from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state
 from tests.e2e.test_ssh_fleet import agents_running, remote, write_fleet  # noqa: F401
 from tests.e2e.test_ssh_runs import task
+from tests.e2e.test_watch_metrics import samples
 from tests.infra.ssh_hosts import SSHTestHosts
 from tests.infra.watch_metrics import ticks_done
 
@@ -44,12 +45,16 @@ def wait_ticks(metrics: Path, watch: subprocess.Popen[str], count: int) -> None:
 
 
 def wait_reached(metrics: Path, watch: subprocess.Popen[str], hosts: int) -> None:
-    """Until a tick of watch found `hosts` hosts of the fleet answering (`idle`)."""
-    line = f'dstack_instances{{fleet="onprem",status="idle"}} {float(hosts)}'
+    """Until a tick of watch found `hosts` hosts of the fleet answering (`idle` or `busy`)."""
     deadline = time.monotonic() + 60
     while True:
         try:
-            if line in metrics.read_text().splitlines():
+            found = samples(metrics.read_text())
+            answering = sum(
+                found.get(("dstack_instances", (("fleet", "onprem"), ("status", s))), 0.0)
+                for s in ("idle", "busy")
+            )
+            if answering == hosts:
                 return
         except OSError:
             pass

@@ -17,7 +17,7 @@ def test_the_agent_column_and_note_say_which_agents_will_not_survive_a_reboot() 
         "a": FleetRecord(hosts=(host("h1", False), host("h2", True))),
         "b": FleetRecord(hosts=(host("h3", False), host("old", None))),
     }
-    assert [row[-1] for row in host_rows(records)] == [
+    assert [row[-1] for row in host_rows(records, {})] == [
         "0.1.0, detached",
         "0.1.0, systemd",
         "0.1.0, detached",
@@ -28,7 +28,7 @@ def test_the_agent_column_and_note_say_which_agents_will_not_survive_a_reboot() 
         "starts it again)"
     )
     assert reboot_note({"a": FleetRecord(hosts=(host("h2", True),))}) is None
-    hosts = fleets_json(records)["fleets"][0]["hosts"]
+    hosts = fleets_json(records, {})["fleets"][0]["hosts"]
     assert [h["agent_persistent"] for h in hosts] == [False, True]
 
 

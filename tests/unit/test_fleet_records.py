@@ -54,16 +54,17 @@ def test_a_record_round_trips_and_a_broken_host_entry_is_skipped() -> None:
     assert FleetRecord.of(entry) == record
     assert record.pins() == {"10.0.0.1": "ssh-ed25519 AAAA"}
     records = fleet_records(State.empty().with_resource(entry))
-    assert host_rows(records) == [
+    answered = {("onprem", "10.0.0.1"): 0}  # its agent lists no job
+    assert host_rows(records, answered) == [
         ["onprem", "10.0.0.1", "idle", "1xA100", "8", "64GB", "100GB", "0.1.0"]
     ]
-    assert fleets_json(records)["fleets"][0]["status"] == "active"
+    assert fleets_json(records, answered)["fleets"][0]["status"] == "active"
 
 
 def test_a_host_with_a_problem_makes_the_fleet_degraded() -> None:
     host = HostRecord(name="h", hostname="h", status="unreachable", problem="h: refused")
     assert FleetRecord(hosts=(host,)).status == "degraded"
-    assert host_rows({"f": FleetRecord(hosts=(host,))})[0][2] == "unreachable: h: refused"
+    assert host_rows({"f": FleetRecord(hosts=(host,))}, {})[0][2] == "unreachable: h: refused"
 
 
 def test_an_unknown_fleet_name_is_a_clear_error() -> None:

@@ -3,6 +3,7 @@ owner's fleet (its own SSH identity, the owner's pins)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from dstack_plan.config.profile import reference_parts
 from dstack_plan.config.quotas import ProjectQuota, parse_quotas
 from dstack_plan.config.runs import RunSpec
 from dstack_plan.errors import ConfigError, DstackPlanError
+from dstack_plan.inspect.top import TopView
 from dstack_plan.project import Project
 from dstack_plan.runs.quota_gate import QuotaHold, hold_for_quota
 from dstack_plan.scheduler.quotas import Ask, Usage, check_project, project_over_daily
@@ -282,7 +284,12 @@ def test_the_ui_lists_an_imported_fleet_with_its_owner(tmp_path: Path) -> None:
     backend.write(created(_owner(), "share", ["gpu"], [], [ML]), backend.read().version)
     project = Project(ml_dir, agent_dir=tmp_path / "agent")
     source = ApiSource(project, new_project=lambda: project)
-    listed = source.fleets()
+
+    async def no_hosts() -> TopView:  # the fleet has none: no agent to ask
+        return TopView(taken_at=0.0, hosts=())
+
+    source.hosts = no_hosts  # type: ignore[method-assign]
+    listed = asyncio.run(source.fleets())
     assert [(f.name, f.owner) for f in listed.fleets] == [("platform/gpu", "platform")]
 
 

@@ -12,6 +12,7 @@ from dstack_plan.cli import common
 
 if TYPE_CHECKING:
     from dstack_plan.project import Project
+    from dstack_plan.proxy.server import ServiceProxy
     from dstack_plan.web.history import History
     from dstack_plan.web.server import WebServer
 
@@ -52,10 +53,17 @@ def ui(
 
 
 async def serve_ui(
-    project: Project, bind: str, directory: Path, state: str | None, history: History | None
+    project: Project,
+    bind: str,
+    directory: Path,
+    state: str | None,
+    history: History | None,
+    proxy: ServiceProxy | None = None,
+    tries: int = 1,
 ) -> WebServer:
-    """Start the API over `project` (the watch's metrics ring `history`, if any); say where,
-    and the token when this start made it."""
+    """Start the API over `project` (the watch's metrics ring `history`, if any; the
+    services of `proxy` on the same port; from --bind's port up to `tries` ports); say
+    where, and the token when this start made it."""
     from dstack_plan.cli.output import print_lines
     from dstack_plan.web.auth import UI_TOKEN_FILE, needs_token
     from dstack_plan.web.server import start_server
@@ -64,7 +72,7 @@ async def serve_ui(
     source = ApiSource(
         project, new_project=lambda: common.make_project(directory, [], state), history=history
     )
-    server = await start_server(source, bind, project.directory)
+    server = await start_server(source, bind, project.directory, proxy, tries)
     lines = []
     if server.token_created is not None:  # the token appears once: in the browser's link
         lines.append(

@@ -20,9 +20,11 @@ LEASE_ENV = "DSTACK_PLAN_WATCH_LEASE"
 
 if TYPE_CHECKING:
     from dstack_plan.project import Project
+    from dstack_plan.proxy.server import ServiceProxy
     from dstack_plan.watch.loop import Reporter
     from dstack_plan.watch.model import TickReport
     from dstack_plan.watch.serving import Serving
+    from dstack_plan.web.history import History
     from dstack_plan.web.server import WebServer
 
 
@@ -57,10 +59,16 @@ def watch(
     ui: bool = typer.Option(
         False,
         "--ui",
-        help="Also serve the read-only HTTP API and UI (as `dstack ui`) on --bind, with "
-        "metrics history of the last hours.",
+        help="With --proxy-port: also serve the read-only HTTP API and UI on --bind. "
+        "(Without --proxy-port the UI is served by default.)",
     ),
     bind: str = BindOpt,
+    serve: bool = typer.Option(
+        True,
+        "--serve/--no-serve",
+        help="While this watch leads, serve the UI, its API and the services on --bind "
+        "(127.0.0.1:3000, or the next free port).",
+    ),
 ) -> None:
     """Reconcile the runs in state with what their agents report, tick after tick.
 
@@ -71,19 +79,21 @@ def watch(
     nothing, and a watch started again carries on. Ctrl-C exits 0. Metrics (Prometheus
     text: runs and jobs by status, GPU utilisation and memory per host, queue depth, tick
     duration...) are served on 127.0.0.1 with --metrics-port, or written with --metrics-file;
-    examples/monitoring/ has a Grafana dashboard of them. With --proxy-port, watch also
-    serves every service's running replicas at 127.0.0.1:PORT/proxy/services/NAME/ (each
-    reached through SSH, health-checked, streamed; `auth: true` services want
-    `Authorization: Bearer` and the token in .dstack/service-token; --proxy-host to listen
-    elsewhere) and scales services with `scaling` by their requests per second: see
-    docs/watch-policy.md. `dstack ps` shows each service's URL. With a gateway in state
-    (`type: gateway`, or another project's that a service names), watch serves services
-    even without --proxy-port (on a free port) and holds the SSH tunnels the gateway's
-    requests come through. With --log-format
-    json (a global option, before `watch`), every status change, retry and stop is also a
-    JSON line on stderr (ts, level, event, address, job_id, host, resource_type, span_id,
-    ...). With --ui, the read-only HTTP API (docs/api.md) is served on --bind
-    (127.0.0.1:3000), with the metrics of every tick of the last hours kept in memory.
+    examples/monitoring/ has a Grafana dashboard of them.
+
+    While it holds the leader lease, watch serves, as dstack's server does, on --bind
+    (127.0.0.1:3000; the next free port, with a warning, when another project's watch or
+    `dstack ui` holds it): the read-only UI and API (docs/api.md, with the metrics of the
+    last hours), and every service's running replicas at /proxy/services/NAME/ (each reached
+    through SSH, health-checked, streamed; `auth: true` services want `Authorization:
+    Bearer` and the token in .dstack/service-token). It scales services with `scaling` by
+    their requests per second (docs/watch-policy.md) and holds the SSH tunnels of the
+    gateways' requests. A standby watch binds nothing until it leads; --once and --no-serve
+    never bind. `dstack ps` shows each service's URL, or why it is not served. --proxy-port
+    serves the services on a port of their own instead (--proxy-host to listen elsewhere;
+    --ui adds the UI on --bind). With --log-format json (a global option, before `watch`),
+    every status change, retry and stop is also a JSON line on stderr (ts, level, event,
+    address, job_id, host, resource_type, span_id, ...).
     """
     from dstack_plan.config.units import parse_duration
     from dstack_plan.errors import DstackPlanError
@@ -92,6 +102,7 @@ def watch(
     from dstack_plan.state.lease import LeaderLease, new_holder_id
     from dstack_plan.watch.actors import default_actors
     from dstack_plan.watch.events import LoggedEventLog
+    from dstack_plan.watch.leading import ServeWhileLeading
     from dstack_plan.watch.loop import Watcher
     from dstack_plan.watch.metrics import WatchMetrics
 
@@ -116,7 +127,9 @@ def watch(
 
     metrics = WatchMetrics()
     history = None
-    if ui:
+    # the UI served by default (not --once, not --no-serve) keeps the metrics of the last hours
+    serves_by_default = serve and proxy_port is None and not once
+    if ui or serves_by_default:
         from dstack_plan.web.history import History
 
         history = History(project.clock)
@@ -135,8 +148,9 @@ def watch(
             sys.stdout.flush()
         web: WebServer | None = None
         serving: Serving | None = None
+        leading: ServeWhileLeading | None = None
         try:
-            if history is not None:
+            if ui and proxy_port is not None:
                 from dstack_plan.cli.ui_cmd import serve_ui
 
                 web = await serve_ui(project, bind, directory, state, history)
@@ -153,7 +167,8 @@ def watch(
             events = log_class(project.backend, secret_guard=project.guard)
             if proxy_port is not None:
                 serving = await _serve_services(project, proxy_host, proxy_port, lease.holder_id)
-            elif await _has_gateways(project):  # a gateway's requests come to this proxy
+            elif not serves_by_default and not once and await _has_gateways(project):
+                # --no-serve: a gateway's requests still need this proxy
                 serving = await _serve_services(project, proxy_host, 0, lease.holder_id)
             actors = default_actors(serving)
             reporters: list[Reporter] = [report, export]
@@ -162,10 +177,20 @@ def watch(
             watcher = Watcher(
                 project, lease=lease, events=events, reporters=reporters, actors=actors
             )
+            if serves_by_default:
+                holder, kept = lease.holder_id, history
+
+                async def start() -> Serving:
+                    return await _serve_all(project, bind, directory, state, kept, holder)
+
+                leading = ServeWhileLeading(watcher, start)
+                watcher.on_lead = leading
             await watcher.run(seconds, once=once)
         finally:
             if server is not None:
                 server.close()
+            if leading is not None:
+                await leading.close()
             if serving is not None:
                 await serving.close()
             if web is not None:
@@ -184,6 +209,49 @@ async def _has_gateways(project: Project) -> bool:
 
     snapshot = await asyncio.to_thread(project.backend.read)
     return needs_tunnels(snapshot.state)
+
+
+SERVE_TRIES = 20
+"""Ports tried from --bind's when it is in use (3000, 3001, ...)."""
+
+
+async def _serve_all(
+    project: Project,
+    bind: str,
+    directory: Path,
+    state: str | None,
+    history: History | None,
+    holder: str,
+) -> Serving:
+    """Serve the UI and the services on one port, from --bind's (the next free one when it
+    is in use, with a warning); says where."""
+    from dstack_plan.cli.output import notice, print_lines
+    from dstack_plan.cli.ui_cmd import serve_ui
+    from dstack_plan.proxy.token import TOKEN_FILE
+    from dstack_plan.watch.serving import serve_services
+    from dstack_plan.web.server import parse_bind
+
+    host, wanted = parse_bind(bind)
+
+    async def listen(proxy: ServiceProxy) -> WebServer:
+        return await serve_ui(
+            project, bind, directory, state, history, proxy=proxy, tries=SERVE_TRIES
+        )
+
+    serving = await serve_services(project, host, 0, holder, listen=listen)
+    listener = serving.listener
+    if listener is not None and wanted and listener.port != wanted:
+        notice(
+            f"port {wanted} is in use (another watch or `dstack ui`): serving on port "
+            f"{listener.port}",
+            event="port_in_use",
+            warning=True,
+        )
+    print_lines([
+        f"Services: {serving.url}/proxy/services/NAME/ (auth: Bearer token in {TOKEN_FILE})"
+    ])  # fmt: skip
+    sys.stdout.flush()
+    return serving
 
 
 async def _serve_services(project: Project, host: str, port: int, holder: str) -> Serving:

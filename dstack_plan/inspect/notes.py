@@ -13,18 +13,25 @@ from dstack_plan.runs.rollout import progress_note
 from dstack_plan.runs.scaling import ScalingRecord
 from dstack_plan.state.model import ResourceState
 
+NO_WATCH = "no dstack watch runs"
+
 
 def run_notes(
-    entry: ResourceState, attributes: dict[str, Any] | None = None, served: bool = True
+    entry: ResourceState,
+    attributes: dict[str, Any] | None = None,
+    served: bool = True,
+    watching: bool = True,
 ) -> list[str]:
     """The notes for run `entry` (with `attributes` as refreshed, when given), in order.
-    `served`: a `dstack watch` leads, so the service URL it recorded answers."""
+    `served`: the `dstack watch` that recorded the service's URL leads, so the URL answers;
+    `watching`: some watch leads (one must, to retry a run or serve a service)."""
     attributes = entry.attributes if attributes is None else attributes
     notes = []
     retry = _dict(attributes.get("retry"))
     at = _number(retry.get("next_attempt_at"))
     if at is not None:
-        notes.append(f"retrying at {clock_time(at)}")
+        due = f"retrying at {clock_time(at)}"
+        notes.append(due if watching else f"{due}: {NO_WATCH} to retry it (`dstack watch`)")
     queued = _dict(attributes.get("queued"))
     if queued:
         why = queued.get("why")
@@ -33,9 +40,7 @@ def run_notes(
     next_run = _number(schedule.get("next_run_at"))
     if next_run is not None:
         notes.append(f"next run {clock_time(next_run, seconds=False)}")
-    url = service_url(entry)
-    if url:
-        notes.append(f"serving {url}" if served else f"not served: no dstack watch runs ({url})")
+    notes += _serving(entry, served, watching)
     scaling = scaling_note(entry.model_copy(update={"attributes": attributes}))
     if scaling:
         notes.append(scaling)
@@ -45,10 +50,25 @@ def run_notes(
     return notes
 
 
+def _serving(entry: ResourceState, served: bool, watching: bool) -> list[str]:
+    """How a service is reached, or why it is not."""
+    if entry.kind != "service" or entry.status in ("terminated", "failed", "done"):
+        return []
+    url = service_url(entry)
+    if url and served:
+        return [f"serving {url}"]
+    if not watching:
+        where = f" ({url})" if url else ""
+        return [f"not served: {NO_WATCH}{where}; `dstack watch` serves it on 127.0.0.1:3000"]
+    if url:  # another watch leads than the one that recorded it: started with --no-serve
+        return ["not served by the watch that leads (it runs with --no-serve)"]
+    return []  # a watch leads and routes it from its next tick
+
+
 def scaling_note(entry: ResourceState) -> str | None:
     """For a service with `scaling`: the replicas the autoscaler keeps and why, from the
     record of the watch that scales it (`watch/autoscale.py`); that it keeps the minimum
-    when no watch serves it (only a watch with --proxy-port sees the requests)."""
+    when no watch serves it (only a serving watch sees the requests)."""
     scaling = entry.spec.get("scaling") if entry.kind == "service" else None
     if not isinstance(scaling, dict):
         return None
@@ -59,7 +79,7 @@ def scaling_note(entry: ResourceState) -> str | None:
         low, _, _high = replicas.partition("..")
         kept = max(int(low), 1) if low.isdigit() else 1
         return (
-            f"scaling by {scaling.get('metric', 'rps')} needs `dstack watch --proxy-port`: "
+            f"scaling by {scaling.get('metric', 'rps')} needs a serving `dstack watch`: "
             f"keeps {kept} replica{'s' if kept != 1 else ''} (replicas {replicas})"
         )
     shown = f"{target:g}" if isinstance(target, (int, float)) else target

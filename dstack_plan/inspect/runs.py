@@ -221,7 +221,7 @@ def _view(
         error=error,
         failure=_failure(jobs) if status == "failed" else None,
         jobs=jobs,
-        notes=run_notes(run, attributes, served),
+        notes=run_notes(run, attributes, served, watching=leading is not None),
         url=service_url(run) if served else None,
         scaling=ScalingRecord.of(run.attributes) if run.kind == "service" else None,
     )

@@ -132,8 +132,10 @@ class ServiceProxy:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        """Listen on `host:port` (0: any free port) and start probing; returns the port."""
+    async def open(self, host: str = "127.0.0.1") -> None:
+        """Start probing and forwarding, without a listener of its own: another server (the
+        UI's, `web/app.py`) hands this proxy the requests `wants` claims, through `handle`.
+        `host` is where that server listens (on loopback, the `Host:` rule applies)."""
         self._session = upstream_session(
             self._max_connections, self._connect_timeout, self._read_timeout
         )
@@ -142,6 +144,10 @@ class ServiceProxy:
         for service in self._services.values():
             self._monitor.sync(service.route.name, service.route.upstreams, service.route.probe)
         self._hosts = allowed_hosts(host)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Listen on `host:port` (0: any free port) and start probing; returns the port."""
+        await self.open(host)
         server = web.Server(
             self._handle, access_log=None, logger=server_logger(logger, "the service proxy")
         )
@@ -209,6 +215,18 @@ class ServiceProxy:
         self._changed = asyncio.Event()
 
     # -- requests -------------------------------------------------------------------------
+
+    def wants(self, request: web.BaseRequest) -> bool:
+        """Whether `request` is for a service: its `Host:` is a service's host name, or its
+        path is under `/proxy/services/` or `/v1/` (what a server sharing its port with the
+        proxy passes on to `handle`)."""
+        if self._service_of_host(request.host) is not None:
+            return True
+        return request.rel_url.raw_path.startswith((SERVICES_PREFIX, "/v1/"))
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Serve `request` as the proxy's own listener would (see the module doc)."""
+        return await self._handle(request)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         try:

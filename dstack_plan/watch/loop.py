@@ -10,10 +10,11 @@ a destroy beside it wins. Only the holder of the leader lease acts; a standby st
 observes (metrics), so it is warm when it takes over.
 
 One tick, in order:
-1. renew (or take) the lease;
+1. renew (or take) the lease (and tell `on_lead`: serving binds only while this watch leads);
 2. refresh: every agent is asked for its jobs once (over the SSH connections the project keeps
    open across ticks);
-3. ask every machine of the fleets runs use for its metrics (GPU utilisation, reachability);
+3. ask every machine of the fleets in state and of the fleets runs use for its metrics (GPU
+   utilisation, reachability, the jobs that make it busy);
 4. act, as leader: each actor of `watch/actors.py` in turn (hosts lost, gangs, limits,
    retries, rolling updates, queued and scheduled runs, idle machines), each seeing what the
    ones before it changed;
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from dstack_plan.config.kinds import RUN_KINDS
@@ -74,6 +75,7 @@ class Watcher:
         events: EventLog | None = None,
         reporters: Sequence[Reporter] = (),
         actors: Sequence[Actor] | None = None,
+        on_lead: Callable[[bool], Awaitable[None]] | None = None,
     ) -> None:
         self.project = project
         # Watch only talks to agents that run: a tick that read the state before a destroy
@@ -85,8 +87,13 @@ class Watcher:
         self.events = events
         """Where status changes go (the bounded log beside the state), when given."""
         self.reporters = list(reporters)
+        self._last_jobs: dict[tuple[str, str], int] = {}
+        """(fleet, host) -> the jobs its agent last counted (`_fleets`)."""
         self.actors = list(default_actors() if actors is None else actors)
         """The rules a leader carries out each tick, in order (`watch/actors.py`)."""
+        self.on_lead = on_lead
+        """Told each tick whether this watch leads, before the actors act (serving binds
+        only while it does: `serving.ServeWhileLeading`)."""
 
     async def run(self, interval: float, once: bool = False) -> None:
         """Tick every `interval` seconds (measured from each tick's start) until cancelled;
@@ -112,6 +119,8 @@ class Watcher:
         leader = (
             True if self.lease is None else await asyncio.to_thread(self.lease.acquire_or_renew)
         )
+        if self.on_lead is not None:
+            await self.on_lead(leader)
         snapshot = await asyncio.to_thread(self.project.backend.read)
         self.project.imports.forget()  # owners' exports and policies as they are now
         refresh = await self.project.refresh(snapshot)
@@ -145,7 +154,7 @@ class Watcher:
             runs={a: r.status for a, r in _runs(after).items()},
             jobs=tuple(_jobs(after)),
             hosts=tuple(hosts),
-            fleets=_fleets(after),
+            fleets=self._fleets(after, hosts),
             queue_depth=sum(1 for r in _runs(after).values() if r.status == "pending"),
             retries=retries,
             bandwidth=_bandwidth(after),
@@ -179,9 +188,12 @@ class Watcher:
         return changes
 
     async def _hosts(self, state: State) -> list[HostSeen]:
-        """Every machine of the fleets runs use, asked for its metrics side by side."""
+        """Every machine of the fleets in state (their `dstack_instances` status needs its
+        jobs, other projects' too) and of the fleets runs use (other projects' and `local`
+        among them), asked for its metrics side by side."""
+        used = {RunRecord.of(r).fleet for r in _runs(state).values()}
         machines = []
-        for fleet in sorted({RunRecord.of(r).fleet for r in _runs(state).values()}):
+        for fleet in sorted(used | set(_host_fleets(state))):
             try:
                 machines += await self.project.machines.machines(fleet, state)
             except DstackPlanError as e:
@@ -205,9 +217,45 @@ class Watcher:
                 except (DstackPlanError, asyncio.TimeoutError) as e:
                     why = str(e) or "no answer in time"
                     return HostSeen(fleet=fleet, host=host, reachable=False, error=why)
-            return HostSeen(fleet=fleet, host=host, reachable=True, metrics_text=text)
+            from dstack_plan.fleets.host_status import jobs_in_metrics
+
+            return HostSeen(
+                fleet=fleet,
+                host=host,
+                reachable=True,
+                metrics_text=text,
+                jobs=jobs_in_metrics(text),
+            )
 
         return list(await asyncio.gather(*(one(m.fleet, m.host) for m in machines)))
+
+    def _fleets(self, state: State, hosts: Sequence[HostSeen]) -> dict[str, dict[str, int]]:
+        """Fleet -> instance status -> how many of its hosts (`dstack_instances`), each by
+        `host_status` from its record and the jobs its agent counted this tick. A host that
+        missed this tick's check, but that watch does not count unreachable yet (fewer than
+        three failed checks, `reachability.py`), keeps the jobs it last had."""
+        from dstack_plan.fleets.host_status import UNREACHABLE, host_status
+        from dstack_plan.fleets.records import FleetRecord
+
+        seen = {(h.fleet, h.host): h for h in hosts}
+        last: dict[tuple[str, str], int] = {}
+        counts: dict[str, dict[str, int]] = {}
+        for entry in state.resources.values():
+            if entry.kind != "fleet":
+                continue
+            by_status = counts.setdefault(entry.name, {})
+            for host in FleetRecord.of(entry).hosts:
+                key = (entry.name, host.name)
+                answer = seen.get(key)
+                jobs = answer.jobs if answer is not None and answer.reachable else None
+                if jobs is None and host.status != UNREACHABLE:
+                    jobs = self._last_jobs.get(key)
+                if jobs is not None:
+                    last[key] = jobs
+                status = host_status(host.status, jobs)
+                by_status[status] = by_status.get(status, 0) + 1
+        self._last_jobs = last
+        return counts
 
 
 def _runs(state: State) -> dict[str, ResourceState]:
@@ -234,14 +282,12 @@ def _bandwidth(state: State) -> tuple[tuple[str, str, str, float], ...]:
     return tuple(links)
 
 
-def _fleets(state: State) -> dict[str, dict[str, int]]:
-    from dstack_plan.fleets.records import FleetRecord
+def _host_fleets(state: State) -> list[str]:
+    """The fleets of `state` whose machines are hosts with agents."""
+    from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 
-    counts: dict[str, dict[str, int]] = {}
-    for entry in state.resources.values():
-        if entry.kind != "fleet":
-            continue
-        by_status = counts.setdefault(entry.name, {})
-        for host in FleetRecord.of(entry).hosts:
-            by_status[host.status] = by_status.get(host.status, 0) + 1
-    return counts
+    return [
+        e.name
+        for e in state.resources.values()
+        if e.kind == "fleet" and e.provider in HOST_FLEET_PROVIDERS
+    ]

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from pydantic import BaseModel
 
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
@@ -14,6 +15,7 @@ from dstack_plan.inspect.fleets import FleetList
 from dstack_plan.inspect.runs import RunView
 from dstack_plan.inspect.top import TopView
 from dstack_plan.proxy.loopback import LOOPBACK
+from dstack_plan.proxy.server import ServiceProxy
 from dstack_plan.state.events import Event
 from dstack_plan.web.auth import access_middleware, host_middleware
 from dstack_plan.web.models import ApiError, ApiIndex, JobLogs, MetricsHistory, PlanView
@@ -98,7 +100,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
 
 
 async def fleets(request: web.Request) -> web.Response:
-    return answer(request, source_of(request).fleets())
+    return answer(request, await source_of(request).fleets())
 
 
 async def hosts(request: web.Request) -> web.Response:
@@ -205,13 +207,30 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     return web.json_response(body, status=status, headers=headers)
 
 
-def build_app(source: ApiSource, token: str | None = None) -> web.Application:
+def services_middleware(proxy: ServiceProxy) -> Middleware:
+    """Hands the services' requests to `proxy`, before the UI's own rules."""
+
+    @web.middleware
+    async def services(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if proxy.wants(request):
+            return await proxy.handle(request)
+        return await handler(request)
+
+    return services
+
+
+def build_app(
+    source: ApiSource, token: str | None = None, proxy: ServiceProxy | None = None
+) -> web.Application:
     """The API over `source`; with `token`, every request must carry it, and without one
-    (on loopback) every request must say a loopback `Host:` (`auth.py`)."""
+    (on loopback) every request must say a loopback `Host:` (`auth.py`). With `proxy`, the
+    same port serves the services too: what the proxy `wants` (`/proxy/services/...`,
+    `/v1/...`, a service's host name) goes to it, with the services' own tokens and rules."""
     hosts = None if token is not None else LOOPBACK
-    app = web.Application(
-        middlewares=[host_middleware(hosts), json_errors, access_middleware(token)]
-    )
+    middlewares = [host_middleware(hosts), json_errors, access_middleware(token)]
+    if proxy is not None:
+        middlewares.insert(0, services_middleware(proxy))
+    app = web.Application(middlewares=middlewares)
     app[SOURCE] = source
     for route in ROUTES:
         app.router.add_get(route.path, route.handler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from aiohttp import web
 
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.proxy.protocol_log import server_logger
+from dstack_plan.proxy.server import ServiceProxy
 from dstack_plan.web.app import build_app
 from dstack_plan.web.auth import needs_token, ui_token
 from dstack_plan.web.source import ApiSource
@@ -48,22 +50,36 @@ class WebServer:
         await self._source.close()
 
 
-async def start_server(source: ApiSource, bind: str, project_dir: str | Path) -> WebServer:
-    """Serve the API over `source` on `bind`; off loopback, with the project's UI token."""
+async def start_server(
+    source: ApiSource,
+    bind: str,
+    project_dir: str | Path,
+    proxy: ServiceProxy | None = None,
+    tries: int = 1,
+) -> WebServer:
+    """Serve the API over `source` on `bind`; off loopback, with the project's UI token.
+    With `proxy` (already `open`), the services on the same port (`build_app`). With
+    `tries` above 1, a port in use moves on to the next one, up to `tries` ports (another
+    project's watch or `dstack ui` may hold the first)."""
     host, port = parse_bind(bind)
     token, created = ui_token(project_dir) if needs_token(host) else (None, False)
     runner = web.AppRunner(
-        build_app(source, token),
+        build_app(source, token, proxy),
         handle_signals=False,
         access_log=None,
         shutdown_timeout=1.0,
         logger=server_logger(log, "the UI"),  # a request that does not parse: one brief line
     )
     await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except OSError as e:
-        await runner.cleanup()
-        raise DstackPlanError(f"cannot serve the UI on {host}:{port}: {e.strerror or e}") from None
+    for attempt in range(max(tries, 1)):
+        candidate = port + attempt if port else 0
+        try:
+            await web.TCPSite(runner, host, candidate).start()
+            break
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or attempt + 1 >= tries or not port:
+                await runner.cleanup()
+                why = e.strerror or e
+                raise DstackPlanError(f"cannot serve on {host}:{candidate}: {why}") from None
     bound = int(runner.addresses[0][1])
     return WebServer(host, bound, token if created else None, runner, source)

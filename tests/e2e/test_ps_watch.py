@@ -18,7 +18,7 @@ SCALED = (
     "scaling: {metric: rps, target: 10}\nstop_duration: 1s\n"
     f"commands: ['exec sleep 300']\n{RESOURCES}"
 )
-NOTE = "scaling by rps needs `dstack watch --proxy-port`: keeps 1 replica (replicas 1..4)"
+NOTE = "scaling by rps needs a serving `dstack watch`: keeps 1 replica (replicas 1..4)"
 
 
 def test_scaling_keeps_the_minimum_and_ps_watch_renders_until_interrupted(
@@ -30,7 +30,10 @@ def test_scaling_keeps_the_minimum_and_ps_watch_renders_until_interrupted(
     assert applied.returncode == 0, applied.stdout + applied.stderr
     row = wait_for_status(dstack, "service.api", {"running"})
     assert len(row["jobs"]) == 1
-    assert row["notes"] == [NOTE]
+    assert row["notes"] == [
+        "not served: no dstack watch runs; `dstack watch` serves it on 127.0.0.1:3000",
+        NOTE,
+    ]
     assert NOTE in dstack("ps").stdout
 
     watching = subprocess.Popen(

@@ -86,6 +86,9 @@ def test_ps_notes_come_from_state_attributes(tmp_path: Path) -> None:
     task = "type: task\nname: tt\ncommands: ['true']\n"
     retrying = _entry(task, tmp_path / "a", retry={"next_attempt_at": at, "attempts": 1})
     assert run_notes(retrying) == ["retrying at 12:03:15"]
+    assert run_notes(retrying, watching=False) == [
+        "retrying at 12:03:15: no dstack watch runs to retry it (`dstack watch`)"
+    ]
     queued = _entry(task, tmp_path / "b", queued={"since": at, "why": "no host has 2 GPUs"})
     assert run_notes(queued) == ["waiting for capacity: no host has 2 GPUs"]
     cron = _entry(task, tmp_path / "c", schedule={"next_run_at": at, "last_run_at": None})
@@ -96,13 +99,20 @@ def test_ps_notes_come_from_state_attributes(tmp_path: Path) -> None:
         tmp_path / "d",
     )
     assert run_notes(scaled) == [
-        "scaling by rps needs `dstack watch --proxy-port`: keeps 1 replica (replicas 1..4)"
+        "scaling by rps needs a serving `dstack watch`: keeps 1 replica (replicas 1..4)"
     ]
     assert run_notes(_entry(WEB, tmp_path / "e")) == []
     served = _entry(WEB, tmp_path / "f", service_url="http://127.0.0.1:8080/proxy/services/web/")
     assert run_notes(served) == ["serving http://127.0.0.1:8080/proxy/services/web/"]
+    assert run_notes(served, served=False, watching=False) == [
+        "not served: no dstack watch runs (http://127.0.0.1:8080/proxy/services/web/); "
+        "`dstack watch` serves it on 127.0.0.1:3000"
+    ]
     assert run_notes(served, served=False) == [
-        "not served: no dstack watch runs (http://127.0.0.1:8080/proxy/services/web/)"
+        "not served by the watch that leads (it runs with --no-serve)"
+    ]
+    assert run_notes(_entry(WEB, tmp_path / "h"), watching=False) == [
+        "not served: no dstack watch runs; `dstack watch` serves it on 127.0.0.1:3000"
     ]
     # the watch that recorded the URL serves it only while it is the one that leads
     mine = _entry(WEB, tmp_path / "g", service_url="http://x/", served_by="host:1:ab")

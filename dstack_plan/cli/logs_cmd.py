@@ -23,6 +23,13 @@ def logs(
     ),
     replica: int = typer.Option(0, "--replica", min=0, help="Replica number (services)."),
     job: int = typer.Option(0, "--job", min=0, help="Job (node) number within the replica."),
+    attempt: int = typer.Option(
+        None,
+        "--attempt",
+        min=1,
+        help="Which submission of a run watch's retry resubmitted: 1 is the first (default: "
+        "the latest). `dstack ps --run RUN` lists them.",
+    ),
     as_json: bool = typer.Option(
         False,
         "--json",
@@ -31,7 +38,8 @@ def logs(
         "run's events, as `dstack watch --log-format json` writes them.",
     ),
 ) -> None:
-    """Print the log of one job of a run (replica 0, job 0 unless told otherwise)."""
+    """Print the log of one job of a run (replica 0, job 0 of its latest attempt unless told
+    otherwise)."""
     from dstack_plan.inspect.logs import parse_since, write_logs
 
     project = common.make_project(directory, [], state)
@@ -43,13 +51,27 @@ def logs(
         common.run_with(
             project,
             lambda p: write_json_logs(
-                p, run, sys.stdout, replica=replica, job=job, follow=follow, since=cutoff
+                p,
+                run,
+                sys.stdout,
+                replica=replica,
+                job=job,
+                follow=follow,
+                since=cutoff,
+                attempt=attempt,
             ),
         )
         return
     common.run_with(
         project,
         lambda p: write_logs(
-            p, run, sys.stdout.buffer, replica=replica, job=job, follow=follow, since=cutoff
+            p,
+            run,
+            sys.stdout.buffer,
+            replica=replica,
+            job=job,
+            follow=follow,
+            since=cutoff,
+            attempt=attempt,
         ),
     )

@@ -39,6 +39,12 @@ def ps(
         False, "-w", "--watch", help="Show the table again every --interval until Ctrl-C."
     ),
     interval: str = typer.Option("2s", "--interval", help="Time between refreshes (2s, 1m)."),
+    run: str = typer.Option(
+        None,
+        "--run",
+        help="Only this run (name or address), finished or not, with every job and its "
+        "attempts: each submission watch's retry made (dstack logs RUN --attempt N).",
+    ),
 ) -> None:
     """List runs: active ones and those that finished in the last hour (all with -a).
 
@@ -46,20 +52,28 @@ def ps(
     created_at, finished_at, error, failure, jobs: [{id, status, exit_code, termination_reason,
     termination_message, replica, node, host, gpus, ports: [{container_port, host_port,
     host_ip}], started_at, finished_at}], notes: [str], url, scaling: {desired, wanted, rps,
-    scaled_at, held_by, held_until}}, newest first (url and scaling for services a
-    `dstack watch --proxy-port` serves). PORTS shows where
+    scaled_at, held_by, held_until}, attempts: [{attempt, status, reason, hosts, jobs: [...],
+    ended_at}]}, newest first (url and scaling for services a `dstack watch --proxy-port`
+    serves; attempts: the run's submissions, oldest first, the last its current jobs: watch's
+    retry keeps the ten before it, with their logs). PORTS shows where
     each job listens on its host: `127.0.0.1:49153 -> 8799` for a container's port Docker
     published, `8799` for a port on the host network. NOTE (`notes`) says what watch is doing
     about a run: retrying at a time, waiting for capacity, its next cron run, a service's
     scaling, a rolling update in progress.
     -w shows the table again every --interval (in place on a terminal) until Ctrl-C.
+    --run RUN shows that run alone, and below it its attempts (ATTEMPT, STATUS, REASON, HOSTS,
+    ENDED) when watch's retry submitted it more than once.
     Nothing is written to state.
     """
     from dstack_plan.cli.output import print_json, print_table
-    from dstack_plan.inspect.runs import list_runs
+    from dstack_plan.inspect.runs import find_run, list_runs
 
     project = common.make_project(directory, files, state)
     only = {r.address for r in project.load()} if files else None
+    if run is not None:
+        address = find_run(project.backend.read().state, run).address
+        only = {address} if only is None or address in only else set()
+        all_runs = True  # asked for by name: shown however long ago it ended
     if watch:
         seconds = _seconds(interval)
         try:
@@ -71,7 +85,7 @@ def ps(
     if as_json:
         print_json([v.model_dump(mode="json") for v in views])
         return
-    print_table(_render(views, project.clock.now(), all_runs))
+    print_table(_render(views, project.clock.now(), all_runs, detail=run is not None))
 
 
 def _seconds(interval: str) -> float:
@@ -132,8 +146,9 @@ def console() -> Any:
     return make()
 
 
-def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
-    """The runs table with its footnotes, as one rich renderable."""
+def _render(views: list[RunView], now: float, all_runs: bool = False, detail: bool = False) -> Any:
+    """The runs table with its footnotes, as one rich renderable; with `detail` (one run),
+    every job's row and the run's attempts."""
     from rich.console import Group
     from rich.markup import escape
     from rich.table import Table
@@ -164,7 +179,7 @@ def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
             format_age(now - view.created_at.timestamp()),
             *([escape("; ".join(view.notes))] if noted else []),
         )
-        if len(view.jobs) > 1:
+        if len(view.jobs) > 1 or (detail and view.jobs):
             for job in view.jobs:
                 table.add_row(*_job_row(job, now)[: len(table.columns)])
     parts: list[Any] = [table]
@@ -176,7 +191,32 @@ def _render(views: list[RunView], now: float, all_runs: bool = False) -> Any:
             )
         if view.failure:
             parts.append(f"[red]! {view.address} failed: {escape(view.failure)}[/]")
+    if detail:
+        parts += [_attempts(view) for view in views if len(view.attempts) > 1]
     return Group(*parts)
+
+
+def _attempts(view: RunView) -> Any:
+    """The run's submissions, oldest first: `dstack logs RUN --attempt N` reads each."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("ATTEMPT", "STATUS", "REASON", "HOSTS", "ENDED"):
+        table.add_column(column, no_wrap=column in ("ATTEMPT", "STATUS", "ENDED"))
+    latest = view.attempts[-1].attempt
+    for attempt in view.attempts:
+        at = attempt.ended_at
+        ended = at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if at is not None else "-"
+        table.add_row(
+            f"{attempt.attempt}" + (" (latest)" if attempt.attempt == latest else ""),
+            _styled(attempt.status),
+            escape(attempt.reason or "-"),
+            ", ".join(attempt.hosts) or "-",
+            ended,
+        )
+    return Group("", f"Attempts of {escape(view.address)}:", table)
 
 
 def _job_row(job: JobView, now: float) -> list[str]:

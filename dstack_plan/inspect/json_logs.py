@@ -154,12 +154,14 @@ async def write_json_logs(
     job: int = 0,
     follow: bool = False,
     since: float | None = None,
+    attempt: int | None = None,
 ) -> None:
-    """Write one job's output of run `ref` and the run's events as JSON lines to `out` (see
-    the module docstring); with `follow`, until the job ends; with `since`, only what
-    happened from then on."""
+    """Write one job's output of run `ref` (of its attempt `attempt`, default the latest)
+    and the run's events (of all its attempts) as JSON lines to `out` (see the module
+    docstring); with `follow`, until the job ends; with `since`, only what happened from
+    then on."""
     run = find_run(project.backend.read().state, ref)
-    record = select_job(run, replica, job)
+    record = select_job(run, replica, job, attempt)
     span = run_span_id(run)
 
     def output_entry(at: float | None, text: str) -> dict[str, object]:

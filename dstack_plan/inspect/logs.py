@@ -1,4 +1,5 @@
-"""Reading a run's job logs: choosing the job, `--since`, raw bytes to a binary stream.
+"""Reading a run's job logs: choosing the job (of the latest attempt, or of an earlier one
+watch's retry kept: `runs/attempts.py`), `--since`, raw bytes to a binary stream.
 
 The agent dates what it stores (a coarse time index: see `agent/logstore.py`), so `--since T`
 starts each log at the first output written at or after T; at most a second of older output
@@ -13,7 +14,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, BinaryIO
 
 from dstack_plan.errors import AgentError, DstackPlanError
-from dstack_plan.inspect.runs import find_run, job_agent, job_records
+from dstack_plan.inspect.runs import find_run, job_agent
+from dstack_plan.runs.attempts import attempt_jobs
 from dstack_plan.runs.records import JobRecord
 from dstack_plan.state.model import ResourceState
 
@@ -44,15 +46,21 @@ def parse_since(text: str, now: float) -> float:
     return moment.timestamp()
 
 
-def select_job(run: ResourceState, replica: int = 0, job: int = 0) -> JobRecord:
-    """The job record of `run` for replica `replica` and job (node) number `job`."""
-    records = job_records(run)
+def select_job(
+    run: ResourceState, replica: int = 0, job: int = 0, attempt: int | None = None
+) -> JobRecord:
+    """The job record of `run` for replica `replica` and job (node) number `job`, of its
+    attempt `attempt` (1: the first submission; None: the latest, its current jobs). Raises
+    DstackPlanError naming what there is when there is no such attempt or job."""
+    records = sorted(attempt_jobs(run, attempt), key=lambda r: r.slot)
     for record in records:
         if record.slot == (replica, job):
             return record
     have = ", ".join(f"replica={r.replica} job={r.node}" for r in records)
+    which = "" if attempt is None else f" in attempt {attempt}"
     raise DstackPlanError(
-        f"{run.address} has no job replica={replica} job={job} (it has: {have or 'no jobs'})"
+        f"{run.address} has no job replica={replica} job={job}{which} "
+        f"(it has: {have or 'no jobs'})"
     )
 
 
@@ -70,13 +78,15 @@ async def write_logs(
     job: int = 0,
     follow: bool = False,
     since: float | None = None,
+    attempt: int | None = None,
 ) -> JobInfo | None:
-    """Copy one job's log of run `ref` to `out`; with `follow`, until the job ends.
+    """Copy one job's log of run `ref` (of its attempt `attempt`, default the latest) to
+    `out`; with `follow`, until the job ends.
 
     Returns the job as the agent last reported it, or None when `since` skipped it.
     """
     run = find_run(project.backend.read().state, ref)
-    record = select_job(run, replica, job)
+    record = select_job(run, replica, job, attempt)
     job_id = record.id
     agent, info = await open_job(project, run, record)
     if finished_before(info, since):

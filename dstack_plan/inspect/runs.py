@@ -17,6 +17,7 @@ from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.inspect.notes import run_notes
 from dstack_plan.inspect.resources import find_entry
+from dstack_plan.runs.attempts import Attempt, attempts_of, current_attempt
 from dstack_plan.runs.handler import fleet_of
 from dstack_plan.runs.records import JobRecord, RunRecord, served_now, service_url
 from dstack_plan.runs.scaling import ScalingRecord
@@ -60,6 +61,23 @@ class JobView(BaseModel):
     finished_at: datetime | None = None
 
 
+class AttemptView(BaseModel):
+    """One submission of a run (`runs/attempts.py`): an earlier one watch's retry replaced,
+    kept with its jobs and their logs, or the latest (the run's current jobs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempt: int
+    """1 for the first submission (`dstack logs RUN --attempt N`)."""
+    status: str
+    reason: str | None = None
+    """Why it ended: its first failed job's `reason: message`, or the run's termination
+    reason."""
+    hosts: list[str] = []
+    jobs: list[JobView] = []
+    ended_at: datetime | None = None
+
+
 class RunView(BaseModel):
     """A run for display: status and jobs as the agents report them now."""
 
@@ -90,6 +108,10 @@ class RunView(BaseModel):
     """A service's URL on the proxy of the `dstack watch` that serves it."""
     scaling: ScalingRecord | None = None
     """A service's autoscaling: desired and wanted replicas, the rate, what holds it."""
+    attempts: list[AttemptView] = []
+    """Its submissions, oldest first, once watch's retry resubmitted it: those it replaced
+    (the last ten are kept) and the latest, its current jobs (`jobs`); empty for a run
+    submitted once."""
 
     @property
     def finished(self) -> bool:
@@ -207,6 +229,21 @@ def _view(
     records = job_records(run.model_copy(update={"attributes": attributes}))
     jobs = [_job_view(r, infos.get(r.id)) for r in records]
     ends = [j.finished_at for j in jobs if j.finished_at is not None]
+    finished_at = max(ends) if ends and status in FINISHED else None
+    failure = _failure(jobs) if status == "failed" else None
+    attempts = [_attempt_view(a) for a in attempts_of(attributes)]
+    if attempts:  # resubmitted: the current jobs are its latest attempt
+        reason = failure or attributes.get("termination_reason")
+        attempts.append(
+            AttemptView(
+                attempt=current_attempt(attributes),
+                status=status,
+                reason=reason if isinstance(reason, str) else None,
+                hosts=sorted({j.host for j in jobs}),
+                jobs=jobs,
+                ended_at=finished_at,
+            )
+        )
     return RunView(
         address=run.address,
         kind=run.kind,
@@ -217,13 +254,26 @@ def _view(
         gpus=_gpu_request(run),
         price_per_hour=RunRecord.of(run).price_per_hour,
         created_at=run.created_at,
-        finished_at=max(ends) if ends and status in FINISHED else None,
+        finished_at=finished_at,
         error=error,
-        failure=_failure(jobs) if status == "failed" else None,
+        failure=failure,
         jobs=jobs,
         notes=run_notes(run, attributes, served, watching=leading is not None),
         url=service_url(run) if served else None,
         scaling=ScalingRecord.of(run.attributes) if run.kind == "service" else None,
+        attempts=attempts,
+    )
+
+
+def _attempt_view(attempt: Attempt) -> AttemptView:
+    """An ended attempt as recorded (its jobs ended: their agents are not asked)."""
+    return AttemptView(
+        attempt=attempt.attempt,
+        status=attempt.status,
+        reason=attempt.reason,
+        hosts=attempt.hosts,
+        jobs=[_ended_job_view(r) for r in sorted(attempt.jobs, key=lambda r: r.slot)],
+        ended_at=_utc(attempt.ended_at),
     )
 
 
@@ -233,6 +283,19 @@ def _failure(jobs: list[JobView]) -> str | None:
             parts = [job.termination_reason, job.termination_message]
             return ": ".join(p for p in parts if p)
     return None
+
+
+def _ended_job_view(record: JobRecord) -> JobView:
+    """A job of an ended attempt, as recorded when it ended."""
+    reason, _, message = (record.reason or "").partition(": ")
+    return _job_view(record, None).model_copy(
+        update={
+            "termination_reason": reason or None,
+            "termination_message": message or None,
+            "started_at": _utc(record.started_at),
+            "finished_at": _utc(record.finished_at),
+        }
+    )
 
 
 def _job_view(record: JobRecord, info: JobInfo | None) -> JobView:

@@ -23,9 +23,11 @@ DEV_KIND = "dev-environment"
 class DevSSHRunHandler(RunHandler):
     """`RunHandler`, and a deleted dev environment's SSH entry goes with its jobs."""
 
-    async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
-        await super().delete(current, ctx)
-        forget(current)
+    async def delete(
+        self, current: ResourceState, ctx: ApplyContext, *, keep_recorded: bool = False
+    ) -> None:
+        await super().delete(current, ctx, keep_recorded=keep_recorded)
+        forget(current)  # a retry's ended attempt too: its jobs no longer run
 
 
 def forget(run: ResourceState, directory: Path | None = None) -> list[str]:

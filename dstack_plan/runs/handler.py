@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,10 @@ from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.runs.admission import admit
+from dstack_plan.runs.attempts import attempts_of, kept_job_ids
 from dstack_plan.runs.code_archive import CodeArchive, PrivatePaths, pack
 from dstack_plan.runs.health import crash, run_status
-from dstack_plan.runs.jobs import slots, stop_seconds
+from dstack_plan.runs.jobs import JobSlot, job_id, slots, stop_seconds
 from dstack_plan.runs.ownership import jobs_to_remove
 from dstack_plan.runs.placing import HostRun, place_on_fleet
 from dstack_plan.runs.queueing import (
@@ -254,7 +255,9 @@ class RunHandler(ResourceHandler):
                 record.fleet, change.address, spec, state, replicas=len(missing)
             )
             placed = [PlacedJob(s, m) for s, m in zip(missing, machines, strict=True)]
-            generation = record.generation or 0
+            generation = _unused_generation(
+                record.generation or 0, change.name, self.deployment, missing, current, ctx
+            )
             code = self.pack_code(change, spec)
             run = RunSubmission(spec, change.name, self.deployment, generation, self.secrets, code)
             agents = await self._agents(record.fleet, {m.host for m in machines}, state)
@@ -323,16 +326,30 @@ class RunHandler(ResourceHandler):
                 found[current.address] = _refreshed(current, record, known)
         return found
 
-    async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
+    async def delete(
+        self, current: ResourceState, ctx: ApplyContext, *, keep_recorded: bool = False
+    ) -> None:
+        """Stop and remove every job of the run on its agents: its current jobs, those of its
+        earlier attempts (`runs/attempts.py`), and any its create submitted unrecorded.
+
+        With `keep_recorded` (watch resubmitting the run: `watch/restart.py`), the jobs the
+        entry records, current or of an earlier attempt, are stopped but stay on their agents
+        with their logs (an ended attempt); only unrecorded ones are removed."""
         spec = spec_from_normalized(current.kind, current.spec)
         assert isinstance(spec, RunSpec)
         state = ctx.current_state()
         record = RunRecord.of(current)
         recorded = _hosts(record)
+        earlier = attempts_of(current.attributes)
+        kept: set[str] = set()
+        if keep_recorded:
+            kept = set(record.job_ids()) | kept_job_ids(current.attributes)
         # a create cut short may have submitted to hosts it did not record: look on all the
-        # fleet's; a recorded host that left the fleet took its jobs with it (drained)
+        # fleet's; a recorded host that left the fleet took its jobs with it (drained). The
+        # hosts of earlier attempts are looked on too, but one that does not answer does not
+        # fail the delete (their jobs ended: a lost host's job is stopped when it is back)
         known = await self._fleet_hosts(record.fleet, state)
-        hosts = recorded if known is None else known
+        hosts = (recorded | {j.host for a in earlier for j in a.jobs}) if known is None else known
         if record.fleet == LOCAL_FLEET:
             hosts = {next(iter(sorted(hosts)), "localhost")}  # one machine, one agent
         for host in sorted(hosts):
@@ -345,13 +362,14 @@ class RunHandler(ResourceHandler):
                 continue
             owned = jobs_to_remove(current, listed, self.deployment, ctx.replacement)
             here = {j.id for j in listed}
+            jobs = [*record.jobs, *(j for a in earlier for j in a.jobs)]
             if record.fleet == LOCAL_FLEET:
-                here |= set(record.job_ids())
+                here |= {r.id for r in jobs}
             else:
-                here |= {r.id for r in record.jobs if r.host == host}
+                here |= {r.id for r in jobs if r.host == host}
             ids = sorted(owned & here)
             if ids:
-                await _stop_and_remove(agent, ids, spec)
+                await _stop_and_remove(agent, ids, spec, keep=kept)
         if self._volumes is not None and run_volume_names(spec):
             # its jobs are gone: the volumes they mounted leave their machines
             await self._volumes.release(state, excluding={current.address})
@@ -493,10 +511,14 @@ class RunHandler(ResourceHandler):
 
 
 async def _stop_and_remove(
-    agent: AgentClient, ids: list[str], spec: RunSpec, reason: str | None = None
+    agent: AgentClient,
+    ids: list[str],
+    spec: RunSpec,
+    reason: str | None = None,
+    keep: Collection[str] = (),
 ) -> None:
     """Stop the jobs `ids` on `agent` (each within its graceful window, ending with `reason`,
-    default the user's) and remove them."""
+    default the user's) and remove them, but those in `keep` (stopped only)."""
     timeout = stop_seconds(spec)
     limit = asyncio.Semaphore(MAX_CONCURRENT_STOPS)
 
@@ -507,13 +529,38 @@ async def _stop_and_remove(
                 if not info.finished:
                     await agent.stop(job_id, timeout=timeout, reason=reason)
                     await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
-                await agent.delete(job_id, force=True)
+                if job_id not in keep:
+                    await agent.delete(job_id, force=True)
             except AgentError as e:
                 if e.status != 404:
                     raise
 
     # all jobs stop in parallel (each may wait out its graceful window), at most N at once
     await asyncio.gather(*(one(i) for i in ids))
+
+
+def _unused_generation(
+    generation: int,
+    run_name: str,
+    deployment: str,
+    slots_: Sequence[JobSlot],
+    current: ResourceState,
+    ctx: ApplyContext,
+) -> int:
+    """`generation`, unless a job of an earlier attempt of the run (kept on its agent,
+    finished: `runs/attempts.py`) has the id a new job of `slots_` would get with it: then
+    one from the clock (ms), which no kept job has."""
+    kept = kept_job_ids(current.attributes)
+
+    def taken(g: int) -> bool:
+        return any(job_id(run_name, s, g, deployment) in kept for s in slots_)
+
+    if not taken(generation):
+        return generation
+    fresh = int(ctx.clock.now() * 1000)
+    while taken(fresh):
+        fresh += 1
+    return fresh
 
 
 def fleet_of(run: ResourceState) -> str:

@@ -1,7 +1,8 @@
 """Which agent jobs a run's state entry owns, so that a delete never removes anyone else's.
 
 Several projects (states) may share one machine and its agent, and their runs may share
-names. A job belongs to an entry when the entry records its id, or, for jobs a create or
+names. A job belongs to an entry when the entry records its id (among its current jobs or
+those of its earlier attempts, `runs/attempts.py`), or, for jobs a create or
 scale-up submitted but was cut short before recording, when its labels say so exactly: the
 state's deployment key and the entry's generation.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dstack_plan.agent.api_models import JobInfo
+from dstack_plan.runs.attempts import kept_job_ids
 from dstack_plan.runs.records import RunRecord
 from dstack_plan.state.model import ResourceState
 
@@ -21,7 +23,8 @@ def jobs_to_remove(
     deployment: str,
     replacement: ResourceState | None,
 ) -> set[str]:
-    """The jobs a delete of run `current` removes: those it recorded, and those its own create
+    """The jobs a delete of run `current` removes: those it recorded (its earlier attempts'
+    included), and those its own create
     or scale-up submitted but was cut short before recording, found among the agent's
     `listed` jobs of the run. Such a job is this object's only when it carries
     - this state's deployment key: `deployment` (from the lineage), or the one `current`
@@ -40,14 +43,14 @@ def jobs_to_remove(
     spared_generation: str | None = None
     if replacement is not None:
         replaced_by = RunRecord.of(replacement)
-        spared = set(replaced_by.job_ids())
+        spared = set(replaced_by.job_ids()) | kept_job_ids(replacement.attributes)
         if replaced_by.generation is not None:
             spared_generation = str(replaced_by.generation)
     keys = {deployment} if record.deployment is None else {deployment, record.deployment}
     generation = None if record.generation is None else str(record.generation)
     # ms, as generations are; one less for the rounding of the intent's microseconds
     since = int(current.created_at.timestamp() * 1000) - 1
-    ids = set(record.job_ids())
+    ids = set(record.job_ids()) | kept_job_ids(current.attributes)
     for job in listed:
         key, job_generation, address = _job_labels(job)
         if key not in keys or job_generation is None or job_generation == spared_generation:

@@ -2,7 +2,8 @@
 
 For each run with a failed job, the jobs are asked of their agents (exit code, reason, when
 they ended), the policy decides, and the decision is done: the whole run or the failed
-replicas submitted again (`watch/restart.py`), or the run given up as `failed`. What the
+replicas submitted again (`watch/restart.py`; the jobs replaced are kept, with their logs, as
+the run's ended attempt: `runs/attempts.py`), or the run given up as `failed`. What the
 policy needs next time (`RetryState`) is kept in the run's state attributes under `retry`.
 The updated entries go back to the loop, which commits them with the rest of the tick.
 
@@ -27,7 +28,7 @@ from dstack_plan.runs.queueing import STOPPED_BY_USER, NoCapacity
 from dstack_plan.runs.records import RETRY_KEY, RunRecord, run_span_id
 from dstack_plan.state.events import Event
 from dstack_plan.state.model import ResourceState, State, timestamp
-from dstack_plan.watch.restart import queued_entry, restart_jobs, restart_run
+from dstack_plan.watch.restart import end_attempt, queued_entry, restart_jobs, restart_run
 from dstack_plan.watch.retry import decide_retry
 from dstack_plan.watch.retry_model import JobOutcome, RetryDecision, RetryState, preempted
 from dstack_plan.watch.superseded import Superseded, log_superseded
@@ -176,11 +177,17 @@ async def _carry_out(
     log.info("%s: %s", run.address, decision.message or "resubmitting")
     with_state = run.updated(now=run.updated_at, attributes=attributes)
     await _stop(project, run, decision.stop, ctx)
+    slots = set(decision.slots)
+    ids = [j.id for j in RunRecord.of(run).jobs if (j.replica, j.node) in slots]
+    # the jobs replaced stay on their agents as an ended attempt (`runs/attempts.py`)
+    ended = await end_attempt(
+        project, with_state, ctx, read=read, job_ids=None if decision.whole_run else ids
+    )
     if decision.whole_run:
         try:
-            return await restart_run(project, with_state, ctx, read=read)
+            return await restart_run(project, ended, ctx, read=read)
         except NoCapacity as e:
-            # its jobs are gone: it waits for room like a run apply queued (`watch/pending.py`
+            # its jobs have ended: it waits for room like a run apply queued (`watch/pending.py`
             # places it, or fails it when its retry does not cover no-capacity)
             log.info(
                 "%s: no room to resubmit it, queued: %s",
@@ -188,10 +195,8 @@ async def _carry_out(
                 e.detail,
                 extra={"event": "run_queued", "address": run.address, "resource_type": "run"},
             )
-            return queued_entry(project, with_state, e.detail)
-    slots = set(decision.slots)
-    ids = [j.id for j in RunRecord.of(run).jobs if (j.replica, j.node) in slots]
-    return await restart_jobs(project, with_state, ids, ctx, read=read)
+            return queued_entry(project, ended, e.detail)
+    return await restart_jobs(project, ended, ids, ctx, read=read)
 
 
 async def _stop(

@@ -27,6 +27,7 @@ from dstack_plan.web.routing import (
     Handler,
     Param,
     Route,
+    attempt,
     flag,
     number,
     since,
@@ -78,9 +79,10 @@ async def logs(request: web.Request) -> web.StreamResponse:
     source = source_of(request)
     ref = request.match_info["run"]
     replica, job = number(request, "replica", 0), number(request, "job", 0)
+    which = attempt(request)
     if not flag(request, "follow"):
-        return answer(request, await job_logs.job_logs(source, ref, replica, job))
-    stream = await job_logs.follow(source, ref, replica, job, _resume_at(request))
+        return answer(request, await job_logs.job_logs(source, ref, replica, job, which))
+    stream = await job_logs.follow(source, ref, replica, job, _resume_at(request), which)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -144,6 +146,11 @@ ROUTES: tuple[Route, ...] = (
             RUN,
             Param("replica", "integer", "Replica number (services); default 0."),
             Param("job", "integer", "Job (node) number within the replica; default 0."),
+            Param(
+                "attempt", "integer",
+                "Which submission of the run (1: the first; watch's retries keep the last "
+                "ten): default the latest. One it does not have is a 404 naming those it has.",
+            ),
             Param("follow", "boolean", "Stream `text/event-stream`: `line` events, then `end`."),
         ),
         stream="follow",

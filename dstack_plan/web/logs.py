@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from dstack_plan.errors import AgentError, DstackPlanError, ProviderError
 from dstack_plan.inspect.json_logs import FOLLOW_WAIT, TimedLines
 from dstack_plan.inspect.logs import open_job, select_job
+from dstack_plan.runs.attempts import current_attempt
 from dstack_plan.web.models import JobLogs, LogEnd, LogLine
 from dstack_plan.web.source import ApiSource, NotFound
 
@@ -30,9 +31,12 @@ MAX_LINES = 10_000
 QUIET = b": waiting\n\n"
 
 
-async def job_logs(source: ApiSource, ref: str, replica: int = 0, job: int = 0) -> JobLogs:
-    """The retained output of job (`replica`, `job`) of run `ref`, the last MAX_LINES lines."""
-    run, record, agent = await _open(source, ref, replica, job)
+async def job_logs(
+    source: ApiSource, ref: str, replica: int = 0, job: int = 0, attempt: int | None = None
+) -> JobLogs:
+    """The retained output of job (`replica`, `job`) of run `ref`, of its attempt `attempt`
+    (None: the latest), the last MAX_LINES lines."""
+    run, record, agent = await _open(source, ref, replica, job, attempt)
     info = await agent.get_job(record.id)
     lines: deque[LogLine] = deque(maxlen=MAX_LINES)
     splitter = TimedLines()
@@ -50,16 +54,22 @@ async def job_logs(source: ApiSource, ref: str, replica: int = 0, job: int = 0) 
         host=record.host,
         status=info.status.value,
         lines=tuple(lines),
+        attempt=current_attempt(run.attributes) if attempt is None else attempt,
     )
 
 
 async def follow(
-    source: ApiSource, ref: str, replica: int = 0, job: int = 0, start: int = 0
+    source: ApiSource,
+    ref: str,
+    replica: int = 0,
+    job: int = 0,
+    start: int = 0,
+    attempt: int | None = None,
 ) -> SseStream:
-    """The stream of job (`replica`, `job`) of run `ref` from log offset `start` (a
-    `Last-Event-ID`); opened (or NotFound) before the response starts, so a wrong name is a
-    404, not an empty stream."""
-    _, record, agent = await _open(source, ref, replica, job)
+    """The stream of job (`replica`, `job`) of run `ref` (of its attempt `attempt`, None: the
+    latest) from log offset `start` (a `Last-Event-ID`); opened (or NotFound) before the
+    response starts, so a wrong name is a 404, not an empty stream."""
+    _, record, agent = await _open(source, ref, replica, job, attempt)
     return SseStream(source, agent, record.id, start)
 
 
@@ -101,11 +111,11 @@ def _lines(source: ApiSource, found: list[tuple[float | None, str]]) -> list[Log
 
 
 async def _open(
-    source: ApiSource, ref: str, replica: int, job: int
+    source: ApiSource, ref: str, replica: int, job: int, attempt: int | None
 ) -> tuple[ResourceState, JobRecord, AgentClient]:
     run = source.find_run(ref)
     try:
-        record = select_job(run, replica, job)
+        record = select_job(run, replica, job, attempt)
     except DstackPlanError as e:
         raise NotFound(str(e)) from None
     try:

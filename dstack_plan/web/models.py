@@ -83,6 +83,8 @@ class JobLogs(_Frozen):
     host: str
     status: str
     lines: tuple[LogLine, ...] = ()
+    attempt: int | None = None
+    """Which submission of the run the job is of (1: the first; `runs/attempts.py`)."""
 
 
 class LogEnd(_Frozen):

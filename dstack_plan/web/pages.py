@@ -21,12 +21,12 @@ import jinja2
 from aiohttp import web
 
 from dstack_plan.errors import DstackPlanError
-from dstack_plan.web.routing import flag, number, since, source_of
+from dstack_plan.web.routing import attempt, flag, number, since, source_of
 from dstack_plan.web.source import ApiSource
 from dstack_plan.web.wording import format_age, job_status_text, run_gpus
 
 if TYPE_CHECKING:
-    from dstack_plan.inspect.runs import JobView, RunView
+    from dstack_plan.inspect.runs import AttemptView, JobView, RunView
     from dstack_plan.inspect.top import HostTop
     from dstack_plan.plan.lines import Line
     from dstack_plan.web.models import MetricsSample
@@ -137,6 +137,7 @@ async def run_page(request: web.Request) -> web.Response:
     ref = request.match_info["run"]
     view = await source.run(ref)
     replica, job = number(request, "replica", 0), number(request, "job", 0)
+    which = attempt(request)
     now = source.project.clock.now()
     events = source.events(None, view.address, RUN_EVENTS_SHOWN)
     context: dict[str, Any] = dict(
@@ -147,12 +148,14 @@ async def run_page(request: web.Request) -> web.Response:
         events=events,
         replica=replica,
         job=job,
+        attempt=which,
+        attempts=[_attempt_row(a, view) for a in reversed(view.attempts)],
     )
     if request.headers.get("HX-Request"):  # the live block does not show the log
         return render(request, "run.html", logs=None, log_error=None, follow=False, **context)
     logs, log_error = None, None
     try:
-        logs = await job_logs.job_logs(source, view.address, replica, job)
+        logs = await job_logs.job_logs(source, view.address, replica, job, which)
     except DstackPlanError as e:
         log_error = str(e)
     follow = logs is not None and logs.status not in FINISHED_JOBS
@@ -264,6 +267,28 @@ def _run_row(view: RunView, namespace: str, now: float) -> dict[str, Any]:
         failure=view.failure,
         notes=view.notes,
         url=view.url,
+    )
+
+
+def _attempt_row(attempt: AttemptView, view: RunView) -> dict[str, Any]:
+    """One submission of the run, with a link to each of its jobs' logs."""
+    latest = attempt.attempt == view.attempts[-1].attempt
+    return dict(
+        attempt=attempt.attempt,
+        latest=latest,
+        status=attempt.status,
+        reason=attempt.reason or "",
+        hosts=", ".join(attempt.hosts) or "-",
+        ended_at=attempt.ended_at.timestamp() if attempt.ended_at else None,
+        jobs=[
+            dict(
+                id=j.id,
+                # the latest attempt's logs are the page's own (no `attempt`: it follows on)
+                query=f"replica={j.replica}&job={j.node}"
+                + ("" if latest else f"&attempt={attempt.attempt}"),
+            )
+            for j in attempt.jobs
+        ],
     )
 
 

@@ -63,6 +63,11 @@ def number(request: web.Request, name: str, default: int) -> int:
     return value
 
 
+def attempt(request: web.Request) -> int | None:
+    """`?attempt=N`: which submission of a run (1: the first); None (the latest) without."""
+    return number(request, "attempt", 0) if "attempt" in request.query else None
+
+
 def since(request: web.Request) -> float | None:
     from dstack_plan.inspect.logs import parse_since
 

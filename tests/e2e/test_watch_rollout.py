@@ -208,4 +208,24 @@ def test_a_replica_killed_outside_the_tool_is_restarted_alone(
     assert now[0] == started[0]  # replica 0 kept serving all along
     assert now[1] > started[1]  # replica 1 was started again
     assert entry(project)["attributes"]["retry"]["last_reason"] == "container_exited_with_error"
+    # the killed replica's job is its first attempt, kept with its log; the new one has an id
+    # of its own (`runs/attempts.py`)
+    [attempt] = entry(project)["attributes"]["attempts"]
+    assert (attempt["attempt"], attempt["status"]) == (1, "failed")
+    assert [j["id"] for j in attempt["jobs"]] == [ids[1]]
+    new = {j["replica"]: j["id"] for j in row["jobs"]}
+    assert new[0] == ids[0] and new[1] != ids[1]
+    assert [(a["attempt"], a["jobs"][0]["id"]) for a in row["attempts"]] == [
+        (1, ids[1]),
+        (2, ids[0]),
+    ]
+    assert dstack("logs", "web", "--replica", "1", "--attempt", "1").returncode == 0
     assert dstack("destroy", "-y").returncode == 0
+    assert asyncio.run(web_jobs(agent_dir)) == []  # every attempt's job removed
+
+
+async def web_jobs(agent_dir: Path) -> list[str]:
+    from dstack_plan.agent.client import AgentClient
+
+    async with AgentClient.from_data_dir(agent_dir) as client:
+        return [j.id for j in await client.list_jobs(run_name="web")]

@@ -220,6 +220,7 @@ def test_a_run_whose_agent_cannot_be_asked_keeps_its_last_status(
         "notes": [],
         "url": None,
         "scaling": None,
+        "attempts": [],
     }
 
 

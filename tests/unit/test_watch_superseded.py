@@ -24,7 +24,7 @@ from dstack_plan.runs.records import JobRecord, RunRecord
 from dstack_plan.state.backend import StateSnapshot
 from dstack_plan.state.lock import LockInfo
 from dstack_plan.state.model import ResourceState, State
-from dstack_plan.watch.restart import restart_jobs, restart_run
+from dstack_plan.watch.restart import end_attempt, restart_jobs, restart_run
 from dstack_plan.watch.superseded import Superseded, moved_on, still_current
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -146,6 +146,8 @@ def test_no_run_is_restarted_once_destroy_removed_it_or_while_destroy_works() ->
         asyncio.run(restart_run(project, _run(), ctx, read=read))
     with pytest.raises(Superseded, match="it is gone from state"):
         asyncio.run(restart_jobs(project, _run(), ["j1"], ctx, read=read))
+    with pytest.raises(Superseded, match="it is gone from state"):  # nothing stopped either
+        asyncio.run(end_attempt(project, _run(), ctx, read=read))
     # destroy stops the run's jobs before it removes the entry: the lock tells
     working = cast(Any, _Project(_Backend(read, _lock("destroy", ttl=60))))
     with pytest.raises(Superseded, match="destroy holds the state lock"):

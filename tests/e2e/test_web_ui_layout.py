@@ -43,13 +43,14 @@ def _free_port() -> int:
 
 
 def viewport(driver: Any, width: int, height: int) -> None:
-    """Size the window so that the page itself gets `width` x `height` CSS px (headless
-    Chromium's `--window-size` counts its window's frame: at 1280x800 the page got 657 px)."""
-    size = "return [innerWidth, innerHeight]"
-    driver.set_window_size(width, height)
-    got_width, got_height = driver.execute_script(size)
-    driver.set_window_size(2 * width - got_width, 2 * height - got_height)
-    inner = driver.execute_script(size)
+    """Give the page itself `width` x `height` CSS px. The window's size counts its frame
+    (at `--window-size=1280,800` the page got 657 px) and is applied asynchronously, so the
+    viewport is set through DevTools' device metrics instead: exact, and at once."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
+    inner = driver.execute_script("return [innerWidth, innerHeight]")
     assert inner == [width, height], f"the page got {inner}, not {width}x{height}"
 
 

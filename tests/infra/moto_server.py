@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +35,25 @@ def available() -> str | None:
     return None
 
 
+def _one_request_at_a_time(server: Any) -> None:
+    """Serve one request at a time. S3 applies a conditional PutObject (`If-Match`,
+    `If-None-Match`) atomically; moto checks and writes in two steps, so two threads may both
+    pass the check and a compare-and-swap test would see a write lost that S3 never loses.
+    The listener stays threaded (a slow client blocks no accept); the backend is serialised,
+    each response read whole inside the lock."""
+    wsgi = server._server  # werkzeug's server: its handler calls `self.server.app` per request
+    inner = wsgi.app
+    lock = threading.Lock()
+
+    def serialised(environ: Any, start_response: Any) -> list[bytes]:
+        with lock:
+            return list(inner(environ, start_response))
+
+    wsgi.app = serialised
+
+
 class MotoServer:
-    """moto's threaded server, on a free loopback port."""
+    """moto's threaded server, on a free loopback port, one request served at a time."""
 
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
@@ -44,6 +62,7 @@ class MotoServer:
         os.environ.update(CREDENTIALS)
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
+        _one_request_at_a_time(self._server)
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
 

@@ -299,12 +299,13 @@ class Project:
         if self._ssh_class is None:  # the registry reads package metadata: once a project
             self._ssh_class = provider_class("ssh")
         make: Callable[..., Provider] = self._ssh_class
+        containers = self._container_fleets()
         provider = make(
             fleets={fleet: targets_from_config(config)},
             host_keys=pins,
             agent_dir=os.environ.get(SSH_AGENT_DIR_ENV) or DEFAULT_AGENT_DIR,
-            need_containers=fleet in self._container_fleets(),
-            need_gpu_containers=self._container_fleets().get(fleet, False),
+            need_containers=fleet in containers,
+            need_gpu_containers=containers.get(fleet, False),
             clock=self.clock,
         )
         if not isinstance(provider, SSHProvider):  # fleets read what only it records

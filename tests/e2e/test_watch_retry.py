@@ -46,7 +46,8 @@ def test_a_job_failing_once_is_retried_only_when_the_run_says_so(
     wait_for_status(dstack, "task.flaky", {"failed"})
     first = state(project)["resources"]["task.flaky"]["attributes"]["jobs"][0]["id"]
 
-    ticked = dstack("watch", "--once")
+    metrics = tmp_path / "watch.prom"
+    ticked = dstack("watch", "--once", "--metrics-file", str(metrics))
     assert ticked.returncode == 0, ticked.stdout + ticked.stderr
     entry = state(project)["resources"]["task.flaky"]
     if retry:
@@ -58,6 +59,11 @@ def test_a_job_failing_once_is_retried_only_when_the_run_says_so(
         assert entry["status"] == "pending"
         [row] = json.loads(dstack("ps", "--json").stdout)
         assert row["status"] == "pending"
+        # a dashboard sees it waiting, not failed: queue depth 1, no failed run
+        exported = metrics.read_text()
+        assert "dstack_task_queue_depth 1.0" in exported, exported
+        assert 'dstack_runs{status="failed"} 0.0' in exported, exported
+        assert 'dstack_runs{status="pending"} 1.0' in exported, exported
         assert [n.split(" at ")[0] for n in row["notes"]] == ["retrying"]
         later = FakeClock(time.time() + 16)
         watcher = Watcher(Project(project, agent_dir=agent_dir, clock=later))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,7 +155,6 @@ def run_flow(project, options, **flow: Any) -> None:  # noqa: ANN001 - imported 
     with (
         common.nothing_changed_on_interrupt(lambda: changing.began),
         common.no_leftover_state_dir(project),
-        _errors_not_logged(),
     ):
         ok = common.run_with(project, lambda p: _apply_flow(p, options, changing, **flow))
     if not ok:
@@ -168,36 +165,6 @@ class _Changing:
     """Whether the apply proper began (past it, its own interrupt handling decides)."""
 
     began = False
-
-
-@contextmanager
-def _errors_not_logged() -> Iterator[None]:
-    """Leave out the warnings that only repeat an error, while logging is not configured.
-
-    Without --log-level, Python prints warnings on stderr as they are (`logging.lastResort`).
-    One whose whole text is a DstackPlanError (`log.warning("%s", e)`: a host that did not
-    answer) is an error the apply says itself, in the failure of its resource: printed, it
-    would be said twice. Configured logging (--log-level) is left alone.
-    """
-    import logging
-
-    from dstack_plan.errors import DstackPlanError
-
-    def said_anyway(record: logging.LogRecord) -> bool:
-        args = record.args
-        if record.msg != "%s" or not isinstance(args, tuple) or len(args) != 1:
-            return True
-        return not isinstance(args[0], DstackPlanError)
-
-    handler = logging.lastResort
-    if handler is None:
-        yield
-        return
-    handler.addFilter(said_anyway)
-    try:
-        yield
-    finally:
-        handler.removeFilter(said_anyway)
 
 
 async def _publish(project, destroy: bool) -> None:  # noqa: ANN001 - Project, lazily

@@ -352,7 +352,9 @@ class SSHProvider(Provider):
             try:
                 done = await _within(step(instance, target), timeout, target.name)
             except DstackPlanError as e:
-                log.warning("%s", e)
+                # recorded in `problems`, which the caller reports (an apply, in the failure
+                # of its resource): a warning here would say it twice
+                log.info("%s", e)
                 self.problems[instance.name] = str(e)
                 if instance.status in ("terminating", "terminated"):
                     return instance

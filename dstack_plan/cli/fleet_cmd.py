@@ -16,6 +16,10 @@ app = typer.Typer(
 )
 
 HEADERS = ["FLEET", "HOST", "STATUS", "GPUS", "CPUS", "MEMORY", "DISK", "AGENT"]
+NO_FLEETS = (
+    "No fleets. Runs without `fleets:` go to the built-in `local` fleet (this machine; "
+    "`dstack offer` lists it)."
+)
 ListDirOpt = typer.Option(Path("."), "--dir", help="Project directory.")
 RefreshOpt = typer.Option(False, "--refresh", help="Ask every host now (state is not written).")
 
@@ -89,6 +93,9 @@ def list_(
     records, answers = common.run_with(project, listed)
     if as_json:
         print_json(fleets_json(records, answers))
+        return
+    if not records:
+        print_lines([NO_FLEETS])  # (a fleet asked for by name and missing is an error)
         return
     rows = [HEADERS, *host_rows(records, answers)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]

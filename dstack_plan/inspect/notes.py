@@ -21,10 +21,11 @@ def run_notes(
     attributes: dict[str, Any] | None = None,
     served: bool = True,
     watching: bool = True,
+    status: str | None = None,
 ) -> list[str]:
-    """The notes for run `entry` (with `attributes` as refreshed, when given), in order.
-    `served`: the `dstack watch` that recorded the service's URL leads, so the URL answers;
-    `watching`: some watch leads (one must, to retry a run or serve a service)."""
+    """The notes for run `entry` (with `attributes` and `status` as refreshed, when given),
+    in order. `served`: the `dstack watch` that recorded the service's URL leads, so the URL
+    answers; `watching`: some watch leads (one must, to retry a run or serve a service)."""
     attributes = entry.attributes if attributes is None else attributes
     notes = []
     retry = _dict(attributes.get("retry"))
@@ -32,6 +33,8 @@ def run_notes(
     if at is not None:
         due = f"retrying at {clock_time(at)}"
         notes.append(due if watching else f"{due}: {NO_WATCH} to retry it (`dstack watch`)")
+    elif not watching and (status or entry.status) == "failed" and _unseen_retry(entry, retry):
+        notes.append(f"{NO_WATCH} to apply its retry (`dstack watch`)")
     queued = _dict(attributes.get("queued"))
     if queued:
         why = queued.get("why")
@@ -48,6 +51,12 @@ def run_notes(
     if rollout:
         notes.append(rollout)
     return notes
+
+
+def _unseen_retry(entry: ResourceState, retry: dict[str, Any]) -> bool:
+    """The run has a `retry` policy and no watch has judged its failure yet (a watch that
+    did keeps `last_failure_at`, and gave up if it left the run failed)."""
+    return bool(entry.spec.get("retry")) and "last_failure_at" not in retry
 
 
 def _serving(entry: ResourceState, served: bool, watching: bool) -> list[str]:

@@ -258,7 +258,7 @@ def _view(
         error=error,
         failure=failure,
         jobs=jobs,
-        notes=run_notes(run, attributes, served, watching=leading is not None),
+        notes=run_notes(run, attributes, served, watching=leading is not None, status=status),
         url=service_url(run) if served else None,
         scaling=ScalingRecord.of(run.attributes) if run.kind == "service" else None,
         attempts=attempts,

@@ -40,6 +40,13 @@ def _with_a_fleet(dstack: Dstack) -> None:
     _ok(dstack("state", "push", "-", stdin=State.empty().with_resource(fleet).to_json()))
 
 
+def test_no_fleets_says_where_runs_go_instead_of_an_empty_table(dstack: Dstack) -> None:
+    listed = _ok(dstack("fleet"))
+    assert "FLEET" not in listed
+    assert "No fleets." in listed and "built-in `local` fleet" in listed
+    assert json.loads(_ok(dstack("fleet", "--json")))["fleets"] == []
+
+
 def test_bare_fleet_lists_fleets_as_fleet_list_does(dstack: Dstack) -> None:
     _with_a_fleet(dstack)
     listed = _ok(dstack("fleet", "list"))

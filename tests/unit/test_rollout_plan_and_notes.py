@@ -144,3 +144,20 @@ def test_ps_keeps_each_job_on_one_line_in_a_narrow_terminal(tmp_path: Path) -> N
         ["replica=0", "job=0"],
         ["replica=0", "job=1"],
     ]
+
+
+def test_a_failed_run_with_a_retry_no_watch_judged_says_watch_applies_it(tmp_path: Path) -> None:
+    """Failed before any watch ran: `ps` says its retry waits for one, not just `failed`."""
+    flaky = "type: task\nname: fl\ncommands: ['false']\nretry: {on_events: [error]}\n"
+    unseen = _entry(flaky, tmp_path / "a")
+    assert run_notes(unseen, watching=False, status="failed") == [
+        "no dstack watch runs to apply its retry (`dstack watch`)"
+    ]
+    assert run_notes(unseen, watching=True, status="failed") == []  # the watch judges it
+    assert run_notes(unseen, watching=False, status="running") == []
+    # a watch judged it and gave up (its record keeps the failure): nothing more to wait for
+    judged = {"last_failure_at": NOW.timestamp(), "attempts": 2}
+    given_up = _entry(flaky, tmp_path / "b", retry=judged)
+    assert run_notes(given_up, watching=False, status="failed") == []
+    plain = _entry("type: task\nname: pl\ncommands: ['false']\n", tmp_path / "c")
+    assert run_notes(plain, watching=False, status="failed") == []

@@ -22,7 +22,8 @@ from dstack_plan.apply.operations import ChangeRunner, Progress
 from dstack_plan.apply.ordering import Schedule, schedule
 from dstack_plan.apply.report import ApplyReport, ResourceResult, ResultStatus, describe_error
 from dstack_plan.plan.model import Action, Plan, ResourceChange
-from dstack_plan.state import Mutation, State, StateBackend, commit_async
+from dstack_plan.state import Mutation, State, StateBackend
+from dstack_plan.state.group_commit import GroupCommitter
 
 logger = logging.getLogger(__name__)
 
@@ -54,17 +55,22 @@ async def apply_plan(
     snapshot = await asyncio.to_thread(backend.read)
     emit = safe_emitter(on_event)
     runner: ChangeRunner | None = None
+    # the changes running at once commit together (`state/group_commit.py`)
+    committer = GroupCommitter(backend)
 
     # handlers see the newest state the walk has committed (a run finds the fleet created
     # before it by reading its entry)
     async def commit(mutation: Mutation) -> State:
-        return (await commit_async(backend, mutation)).state
+        return (await committer.commit(mutation)).state
 
     ctx = replace(ctx, state=lambda: runner.state if runner else snapshot.state, commit=commit)
-    runner = ChangeRunner(backend, handlers, ctx, emit, snapshot.state)
+    runner = ChangeRunner(committer, handlers, ctx, emit, snapshot.state)
     order = schedule(plan, snapshot.state)
     walk = _Walk(plan, order, runner, ctx, parallelism, emit, interrupt or Interrupt())
-    return await walk.run()
+    try:
+        return await walk.run()
+    finally:
+        await committer.close()  # changes of abandoned steps are stored all the same
 
 
 class _Walk:

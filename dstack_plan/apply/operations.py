@@ -24,7 +24,8 @@ from dstack_plan.apply.events import EventCallback, Step, complete_message, star
 from dstack_plan.apply.handlers import ApplyContext, Outcome, ResourceHandler
 from dstack_plan.errors import PlanError
 from dstack_plan.plan.model import Action, ResourceChange
-from dstack_plan.state import Mutation, ResourceState, State, StateBackend, commit_async, timestamp
+from dstack_plan.state import Mutation, ResourceState, State, timestamp
+from dstack_plan.state.group_commit import GroupCommitter
 
 T = TypeVar("T")
 
@@ -40,17 +41,18 @@ class Progress:
 
 
 class ChangeRunner:
-    """Runs changes against `handlers` (by kind), committing to `backend` after each step."""
+    """Runs changes against `handlers` (by kind), committing through `committer` after
+    each step."""
 
     def __init__(
         self,
-        backend: StateBackend,
+        committer: GroupCommitter,
         handlers: Mapping[str, ResourceHandler],
         ctx: ApplyContext,
         emit: EventCallback,
         state: State,
     ) -> None:
-        self._backend = backend
+        self._committer = committer
         self._handlers = handlers
         self._ctx = ctx
         self._emit = emit
@@ -101,7 +103,7 @@ class ChangeRunner:
         return records.drop_deposed(address, old, self._now())
 
     async def _commit(self, mutation: Mutation) -> None:
-        snapshot = await commit_async(self._backend, mutation)
+        snapshot = await self._committer.commit(mutation)
         # Commits of parallel changes may return out of order; the highest serial holds all.
         if snapshot.state.serial >= self._state.serial:
             self._state = snapshot.state
@@ -122,8 +124,8 @@ class ChangeRunner:
         if progress.began is None:
             progress.began = began
         result = await call()
-        # No await between the handler's return and submitting the commit: even a task
-        # cancelled right now has its commit running in a worker thread, which completes.
+        # No await between the handler's return and handing the commit over: even a task
+        # cancelled right now has its change stored by the committer, which completes.
         await self._commit(record(result))
         progress.steps.append(step)
         progress.ended = self._ctx.clock.now()

@@ -5,6 +5,9 @@ Files next to the state file (default `.dstack/state.json`):
 - `state.json.history/<serial>.json`: the last 20 versions, hard links to the inodes each
   write leaves behind (no copy, so a commit costs the same at any size); `dstack state
   history` lists them (`state/local_history.py`);
+- `state.json.journal`: the commits since the state file was last written whole, one line
+  each, once the state is large (`state/journal.py`): a commit appends what it changed, and
+  the state file is rewritten (folding the journal in) when the journal has grown as large;
 - `state.json.lock`: flocked for the few milliseconds of each compare-and-swap write, so
   writers in different processes serialise (reads need no lock: renames are atomic);
 - `.state.json.lock.info`: flocked for the whole operation by apply/destroy, holding the
@@ -22,17 +25,19 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from dstack_plan.clock import Clock
 from dstack_plan.config.atomic import (
     PRIVATE_MODE,
+    fsync_dir,
     leftover_temp_files,
     temp_path_for,
     write_private_atomic,
 )
 from dstack_plan.errors import LockError, StateError
-from dstack_plan.state import local_history, local_records
+from dstack_plan.state import importing, local_history, local_records
 from dstack_plan.state.backend import (
     ABSENT,
     StateBackend,
@@ -42,6 +47,7 @@ from dstack_plan.state.backend import (
     prepare_write,
 )
 from dstack_plan.state.codec import parse_state
+from dstack_plan.state.journal import Replayed, change_of, encode, replay
 from dstack_plan.state.lock import LockHandle, LockInfo, lock_held_error
 from dstack_plan.state.model import State
 from dstack_plan.state.records import RecordSnapshot
@@ -58,6 +64,34 @@ def state_path(project_dir: str | Path, explicit: str | Path | None = None) -> P
     """The state file of the project in `project_dir`: `explicit`, else $DSTACK_STATE, else
     `.dstack/state.json` there."""
     return Path(explicit or os.environ.get(STATE_ENV) or Path(project_dir) / DEFAULT_STATE_PATH)
+
+
+JOURNAL_ENV = "DSTACK_PLAN_STATE_JOURNAL_FROM_BYTES"
+"""Overrides `JOURNAL_FROM_BYTES` (0: journal every commit; tests of the journal use it)."""
+JOURNAL_FROM_BYTES = 512 * 1024
+"""A state file smaller than this is rewritten whole on every commit, as it costs little
+(about 300 runs: a few milliseconds); from this size on, commits go to the journal."""
+
+
+def journal_from_bytes() -> int:
+    """The state file size from which commits are journaled ($DSTACK_PLAN_STATE_JOURNAL_FROM_BYTES
+    or `JOURNAL_FROM_BYTES`)."""
+    raw = os.environ.get(JOURNAL_ENV, "").strip()
+    return int(raw) if raw.isdigit() else JOURNAL_FROM_BYTES
+
+
+@dataclass(frozen=True)
+class _Journaled:
+    """The journal as last read on top of one state file: what a reader saw and where the
+    next line goes."""
+
+    base: tuple[int, int, int, int]
+    """The state file's identity it continues."""
+    journal: tuple[int, int]
+    """The journal's device and inode."""
+    size: int
+    """Bytes of the journal read."""
+    replayed: Replayed
 
 
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
@@ -150,6 +184,8 @@ class LocalBackend(StateBackend):
         self.write_lock_path = self.path.with_name(self.path.name + ".lock")
         self.lock_info_path = self.path.with_name(f".{self.path.name}.lock.info")
         self.history_dir = local_history.history_dir(self.path)
+        self.journal_path = self.path.with_name(self.path.name + ".journal")
+        self._journaled: _Journaled | None = None
         self._thread = threading.local()
         self._parsed: tuple[tuple[int, int, int, int], State] | None = None
         """The file as last read or written: its identity (device, inode, size, mtime) and
@@ -177,6 +213,48 @@ class LocalBackend(StateBackend):
     # --- state ---------------------------------------------------------------------------
 
     def _load(self) -> State | None:
+        """The state: the state file with the journal's lines that continue it."""
+        base = self._load_file()
+        if base is None:
+            return None
+        return self._replay_journal(base).replayed.state
+
+    def _replay_journal(self, base: State) -> _Journaled:
+        """The journal read on top of `base` (the state file as `_parsed` holds it), reading
+        only what was appended since the last read when the files are the ones read then."""
+        assert self._parsed is not None
+        identity = self._parsed[0]
+        try:
+            with self.journal_path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                inode = (st.st_dev, st.st_ino)
+                known = self._journaled
+                if (
+                    known is not None
+                    and (known.base, known.journal) == (identity, inode)
+                    and known.replayed.valid_end == known.size <= st.st_size
+                ):
+                    if known.size == st.st_size:
+                        return known
+                    f.seek(known.size)
+                    more = replay(known.replayed.state, f.read())
+                    replayed = Replayed(
+                        state=more.state,
+                        valid_end=known.size + more.valid_end,
+                        applied=known.replayed.applied + more.applied,
+                    )
+                    size = known.size + (st.st_size - known.size)
+                else:
+                    data = f.read()
+                    replayed, size = replay(base, data), len(data)
+        except FileNotFoundError:
+            replayed, inode, size = Replayed(state=base, valid_end=0, applied=0), (0, 0), 0
+        except OSError as err:
+            raise StateError(f"{self.journal_path}: cannot read: {err.strerror}") from None
+        self._journaled = _Journaled(base=identity, journal=inode, size=size, replayed=replayed)
+        return self._journaled
+
+    def _load_file(self) -> State | None:
         try:
             with self.path.open("rb") as f:
                 identity = _identity(os.fstat(f.fileno()))
@@ -223,7 +301,6 @@ class LocalBackend(StateBackend):
         return StateSnapshot(state if state is not None else State.empty(), self._version(state))
 
     def write(self, new_state: State, expected: str) -> StateSnapshot:
-        self.secret_guard.check(new_state)
         with self._write_lock():
             current = self._load()
             version = self._version(current)
@@ -236,14 +313,87 @@ class LocalBackend(StateBackend):
                 )
             to_write = prepare_write(current, new_state, self.location)
             if to_write is None:
+                self.secret_guard.check(new_state)
                 if current is None:  # nothing stored and nothing to store
                     return StateSnapshot(new_state.model_copy(update={"serial": 0}), ABSENT)
                 return StateSnapshot(current, version)
             try:
-                self._replace(to_write, keep_backup=current is not None)
+                if current is None or not self._append(current, to_write):
+                    self.secret_guard.check(to_write)
+                    self._replace(to_write, keep_backup=current is not None)
+                    self._journaled = None
+                    self.journal_path.unlink(missing_ok=True)  # folded in
             except OSError as err:  # disk full, permissions: the old state is still intact
                 raise StateError(f"{self.path}: cannot write state: {err}") from None
         return StateSnapshot(to_write, self._version(to_write))
+
+    def _append(self, current: State, to_write: State) -> bool:
+        """Commit `to_write` as a journal line when the state is large and the journal still
+        smaller than the state file; False when it is to be written whole instead (which
+        folds the journal in). Holds the write lock; `current` was just loaded."""
+        journaled, parsed = self._journaled, self._parsed
+        if journaled is None or parsed is None or importing.active():
+            return False  # an import (push, migrate) is written whole, as it came
+        file_size = parsed[0][2]
+        if file_size < journal_from_bytes() or to_write.lineage != current.lineage:
+            return False
+        record = change_of(current, to_write)
+        line = encode(record)
+        # lines that do not count are cut off first: a torn tail, or (when none continues
+        # the state file) lines a fold took in already
+        keep = journaled.replayed.valid_end if journaled.replayed.applied else 0
+        if keep + len(line) > file_size:
+            return False  # the journal has grown as large as the file: fold it in
+        self.secret_guard.check_entries(record.put)
+        inode, keep = self._append_line(line, keep, journaled.journal)
+        applied = (journaled.replayed.applied if keep else 0) + 1
+        self._journaled = _Journaled(
+            base=journaled.base,
+            journal=inode,
+            size=keep + len(line),
+            replayed=Replayed(state=to_write, valid_end=keep + len(line), applied=applied),
+        )
+        return True
+
+    def _append_line(
+        self, line: bytes, keep: int, replayed: tuple[int, int]
+    ) -> tuple[tuple[int, int], int]:
+        """Append `line` durably to the journal cut to its first `keep` bytes (`replayed`:
+        the journal file those bytes were read from); the journal's device and inode, and
+        the bytes kept before the line.
+
+        A journal file only ever grows: a cut makes a new file (renamed over the old), so a
+        reader that read a journal up to some byte may read on from there while its inode
+        is the same."""
+        fd = os.open(
+            self.journal_path,
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+            PRIVATE_MODE,
+        )
+        try:
+            st = os.fstat(fd)
+            inode = (st.st_dev, st.st_ino)
+            if inode != replayed:
+                keep = 0  # not the file read (none was): nothing in it counts
+            if st.st_size == keep:
+                try:
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                except OSError:  # disk full: the commit fails, so no reader may see it
+                    os.ftruncate(fd, keep)
+                    raise
+        finally:
+            os.close(fd)
+        if st.st_size != keep:  # rare: after a torn append, or a fold killed midway
+            kept = self.journal_path.read_bytes()[:keep]
+            write_private_atomic(self.journal_path, kept + line)
+            st = os.stat(self.journal_path)
+            inode = (st.st_dev, st.st_ino)
+        elif inode != replayed:
+            fsync_dir(self.path.parent)  # a new journal: its name is durable too
+        return inode, keep
 
     def _replace(self, state: State, *, keep_backup: bool) -> None:
         for leftover in leftover_temp_files(self.path) + leftover_temp_files(self.backup_path):

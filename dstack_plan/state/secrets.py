@@ -8,11 +8,11 @@ refuse to write a state in which any string contains one.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from dstack_plan.errors import StateError
-from dstack_plan.state.model import State
+from dstack_plan.state.model import ResourceState, State
 
 MIN_SUBSTRING_LENGTH = 6
 """Shorter secrets are only caught as whole strings: as substrings they match too much."""
@@ -47,11 +47,15 @@ def assert_no_secret_values(state: State, secret_values: Iterable[object]) -> No
 
     The error names where the value was found, never the value itself.
     """
+    _check_entries(state.resources, secret_values)
+
+
+def _check_entries(entries: Mapping[str, ResourceState], secret_values: Iterable[object]) -> None:
     values = {v for v in (_unwrap(s) for s in secret_values) if v}
     if not values:
         return
     long_values = [v for v in values if len(v) >= MIN_SUBSTRING_LENGTH]
-    for address, resource in state.resources.items():
+    for address, resource in entries.items():
         root = f"resources[{json.dumps(address)}]"
         for path, text in _strings(resource.model_dump(mode="json"), root):
             if text in values or any(v in text for v in long_values):
@@ -87,3 +91,7 @@ class SecretGuard:
     def check(self, state: State) -> None:
         """Raise StateError if `state` contains any registered value."""
         assert_no_secret_values(state, self._values)
+
+    def check_entries(self, entries: Mapping[str, ResourceState]) -> None:
+        """`check` of only these entries (by address): what a journal line adds."""
+        _check_entries(entries, self._values)

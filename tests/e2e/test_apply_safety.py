@@ -15,6 +15,7 @@ from dstack_plan.agent.client import AgentClient
 from dstack_plan.plan.planner import PlanOptions
 from dstack_plan.project import Project
 from dstack_plan.state.codec import parse_state
+from dstack_plan.state.local import JOURNAL_ENV
 from dstack_plan.state.select import open_backend
 from tests.e2e.conftest import CLI, Dstack
 from tests.e2e.test_local_flow import state
@@ -71,12 +72,35 @@ async def check_and_converge(project_dir: Path, agent_dir: Path) -> None:
 def test_kill_9_during_apply_never_loses_track(
     tmp_path: Path, cli_env: dict[str, str], agent_dir: Path, state_backend: str
 ) -> None:
+    # the local backend takes the most kill points; on S3 (the same engine, another commit
+    # path) fewer trials cover its compare-and-swap and keep the suite's time in check
+    _kill_trials(
+        tmp_path, cli_env, agent_dir, state_backend, 20 if state_backend == "local" else 8
+    )
+
+
+@pytest.mark.slow
+def test_kill_9_during_apply_never_loses_track_with_the_journal(
+    tmp_path: Path, cli_env: dict[str, str], agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local state's journal (commits as appended lines, `state/journal.py`) from the
+    first commit on: the same guarantees."""
+    cli_env[JOURNAL_ENV] = "0"
+    monkeypatch.setenv(JOURNAL_ENV, "0")
+    killed_with_a_journal = _kill_trials(tmp_path, cli_env, agent_dir, "local", 10)
+    assert killed_with_a_journal > 0  # the kills did land on journaled states
+
+
+def _kill_trials(
+    tmp_path: Path, cli_env: dict[str, str], agent_dir: Path, state_backend: str, trials: int
+) -> int:
+    """Applies killed at random moments, each followed by a check that the next apply
+    converges with no job lost or orphaned; how many kills left a local state journal."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     rng = random.Random(1234)
-    # the local backend takes the most kill points; on S3 (the same engine, another commit
-    # path) fewer trials cover its compare-and-swap and keep the suite's time in check
-    for trial in range(20 if state_backend == "local" else 8):
+    journaled = 0
+    for trial in range(trials):
         write_project(project, trial)
         proc = subprocess.Popen(
             [*CLI, "apply", "-y", "--parallelism", "2"],
@@ -88,6 +112,7 @@ def test_kill_9_during_apply_never_loses_track(
         time.sleep(rng.uniform(0.3, 1.6))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        journaled += (project / ".dstack" / "state.json.journal").exists()
         if state_backend == "s3":
             # no OS drops an S3 lock: a killed holder's stays until its lease ends (5 min;
             # takeover is tested in tests/integration/test_s3_lock.py) or is unlocked by id
@@ -96,6 +121,7 @@ def test_kill_9_during_apply_never_loses_track(
             if holder is not None:
                 backend.unlock(holder.id)
         asyncio.run(check_and_converge(project, agent_dir))
+    return journaled
 
 
 @pytest.mark.usefixtures("state_backend")

@@ -1,24 +1,29 @@
-"""`dstack fleet probe`: measure the bandwidth between every pair of a fleet's hosts.
+"""Bandwidth probes between a fleet's hosts: every pair (`dstack fleet probe`), or only given
+pairs at once under a time budget (fleet apply: `fleets/apply_probe.py`).
 
 For each pair the controller asks the second host's agent to listen on its fleet address
 (`Machine.address`, what multi-node runs use), the first's to send there for about a second,
 and the listener what arrived (`agent/bandwidth.py`): the agents talk to each other directly
-over the hosts' network, the controller only over its SSH channels. Each unordered pair is
-probed once (links count as symmetric), in rounds where no host is in two probes at once (they
-would share its NIC and each measure half), at most `parallelism` probes of a round at a time.
+over the hosts' network, the controller only over its SSH channels. `probe_fleet` probes each
+unordered pair once (links count as symmetric), in rounds where no host is in two probes at
+once (they would share its NIC and each measure half), at most `parallelism` probes of a round
+at a time. `probe_pairs` probes only the pairs it is given, disjoint, all at once.
 A pair that fails is recorded unknown, with why; it never fails the command.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from datetime import datetime
 
 from dstack_plan.agent import bandwidth as limits
 from dstack_plan.agent.api_models import ProbeMeasure
 from dstack_plan.clock import Clock
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.fleets.apply_probe import current_scope
 from dstack_plan.fleets.machines import FleetMachines, Machine
-from dstack_plan.fleets.records import BandwidthLink, BandwidthRecord
+from dstack_plan.fleets.records import BandwidthLink, BandwidthRecord, FleetRecord
 from dstack_plan.state.backend import StateBackend
 from dstack_plan.state.commit import commit_async
 from dstack_plan.state.model import State, timestamp
@@ -57,24 +62,93 @@ async def probe_fleet(
     max_bytes: int = limits.DEFAULT_MAX_BYTES,
     parallelism: int = DEFAULT_PARALLELISM,
 ) -> BandwidthRecord:
-    """Probe every pair of `fleet`'s machines (as `state` records them); a link per pair."""
+    """Probe every pair of `fleet`'s machines (as `state` records them); a link per pair.
+    Inside `apply_probe.only_pairs` (fleet apply): only its pairs, as `probe_pairs`."""
     if not 0 < seconds <= limits.MAX_SECONDS:
         raise DstackPlanError(f"--seconds must be more than 0 and at most {limits.MAX_SECONDS:g}")
     if parallelism < 1:
         raise DstackPlanError("--parallelism must be at least 1")
+    scope = current_scope()
+    if scope is not None:
+        return await probe_pairs(
+            machines,
+            fleet,
+            state,
+            clock,
+            scope.pairs,
+            seconds=seconds,
+            max_bytes=max_bytes,
+            budget=scope.budget,
+            parallelism=scope.parallelism,
+        )
     found = await machines.machines(fleet, state)
     measured_at = timestamp(clock)
     limit = asyncio.Semaphore(parallelism)
 
     async def one(src: Machine, dst: Machine) -> BandwidthLink:
         async with limit:
-            return await _probe_pair(machines, fleet, state, src, dst, seconds, max_bytes)
+            return await _probe_pair(
+                machines, fleet, state, src, dst, seconds, max_bytes, measured_at
+            )
 
     links: list[BandwidthLink] = []
     for pairs in pair_rounds(len(found)):
         links += await asyncio.gather(*(one(found[i], found[j]) for i, j in pairs))
     order = {m.host: k for k, m in enumerate(found)}
     links.sort(key=lambda x: (order[x.src], order[x.dst]))
+    return BandwidthRecord(measured_at=measured_at, seconds=seconds, links=tuple(links))
+
+
+async def probe_pairs(
+    machines: FleetMachines,
+    fleet: str,
+    state: State,
+    clock: Clock,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    budget: float,
+    seconds: float = limits.DEFAULT_SECONDS,
+    max_bytes: int = limits.DEFAULT_MAX_BYTES,
+    parallelism: int | None = None,
+) -> BandwidthRecord:
+    """Probe only `pairs` ((src, dst) host names of `fleet`), all at once (at most
+    `parallelism` together; None: no limit): no host may be in two, or two probes would share
+    its NIC. A pair not done within `budget` seconds (connections included) is cancelled and
+    recorded unknown with why, as is one naming a host the fleet does not have; a link per
+    pair, in order."""
+    hosts = [h for pair in pairs for h in pair]
+    if len(hosts) != len(set(hosts)):
+        raise ValueError(f"pairs probed at once must not share a host: {list(pairs)}")
+    found = {m.host: m for m in await machines.machines(fleet, state)}
+    measured_at = timestamp(clock)
+    limit = asyncio.Semaphore(max(parallelism or len(pairs), 1))
+
+    async def one(src: str, dst: str) -> BandwidthLink:
+        missing = [h for h in (src, dst) if h not in found]
+        if missing:
+            why = f"not probed: {missing[0]} is not a host of fleet {fleet!r}"
+            return BandwidthLink(src=src, dst=dst, error=why, measured_at=measured_at)
+        async with limit:
+            return await _probe_pair(
+                machines, fleet, state, found[src], found[dst], seconds, max_bytes, measured_at
+            )
+
+    tasks = [asyncio.ensure_future(one(src, dst)) for src, dst in pairs]
+    try:
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(budget, 0.0))
+    finally:  # past the budget, or this probe itself cancelled: no probe outlives it
+        late = [t for t in tasks if not t.done()]
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+    links = []
+    for (src, dst), task in zip(pairs, tasks, strict=True):
+        if task.cancelled():
+            why = f"not measured within the probe's {budget:g}s budget"
+            links.append(BandwidthLink(src=src, dst=dst, error=why, measured_at=measured_at))
+        else:
+            links.append(task.result())
     return BandwidthRecord(measured_at=measured_at, seconds=seconds, links=tuple(links))
 
 
@@ -86,9 +160,10 @@ async def _probe_pair(
     dst: Machine,
     seconds: float,
     max_bytes: int,
+    measured_at: datetime,
 ) -> BandwidthLink:
     """`src` sends to `dst`; the link, unknown with why when anything fails."""
-    unknown = BandwidthLink(src=src.host, dst=dst.host)
+    unknown = BandwidthLink(src=src.host, dst=dst.host, measured_at=measured_at)
     for machine in (src, dst):
         if not machine.usable:
             why = machine.problem or "its resources are not known yet"
@@ -120,21 +195,25 @@ async def _probe_pair(
         bytes=got.bytes,
         seconds=got.seconds,
         error=error,
+        measured_at=measured_at,
     )
 
 
 async def record_bandwidth(
     backend: StateBackend, fleet: str, record: BandwidthRecord, clock: Clock
 ) -> None:
-    """Write `record` into the fleet's state entry (a compare-and-swap commit of that one
-    attribute: hosts and whatever else the entry holds stay as they are)."""
+    """Merge `record` into the fleet's state entry (a compare-and-swap commit of that one
+    attribute: hosts and whatever else the entry holds stay as they are). Its pairs take the
+    links just measured; pairs it did not probe keep theirs (`BandwidthRecord.merged`)."""
     address = f"fleet.{fleet}"
 
     def mutate(latest: State) -> State:
         entry = latest.get(address)
         if entry is None or entry.tainted:
             raise DstackPlanError(f"fleet {fleet!r} left the state while it was probed")
-        attributes = {**entry.attributes, "bandwidth": record.model_dump(mode="json")}
+        old = FleetRecord.of(entry).bandwidth
+        merged = record if old is None else old.merged(record)
+        attributes = {**entry.attributes, "bandwidth": merged.model_dump(mode="json")}
         return latest.with_resource(entry.updated(now=timestamp(clock), attributes=attributes))
 
     await commit_async(backend, mutate)

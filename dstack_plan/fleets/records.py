@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dstack_plan.providers.base import MachineResources
+from dstack_plan.scheduler.bandwidth import LinkMatrix
 from dstack_plan.state.model import ResourceState
 
 
@@ -65,7 +66,9 @@ class HostRecord(BaseModel):
 
 class BandwidthLink(BaseModel):
     """One probed pair of hosts: `src` sent to `dst` for about a second (`dstack fleet
-    probe`). Unknown (`bytes_per_second` None) when the probe failed, with why."""
+    probe`, or half a second when fleet apply probed it). Unknown (`bytes_per_second` None)
+    when the probe failed, with why. A pair with no link was never probed: the gang choice
+    estimates it (`scheduler/bandwidth.py`)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -78,26 +81,67 @@ class BandwidthLink(BaseModel):
     bytes: int = 0
     seconds: float = 0.0
     error: str | None = None
+    measured_at: datetime | None = None
+    """When this pair was probed (a record merges probes of different times); None in records
+    written before links had their own time: the record's `measured_at`."""
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """The unordered pair, as a sorted tuple: links count as symmetric."""
+        return (self.src, self.dst) if self.src < self.dst else (self.dst, self.src)
 
 
 class BandwidthRecord(BaseModel):
-    """The measured bandwidth between a fleet's hosts: one link per pair probed, and when."""
+    """The measured bandwidth between a fleet's hosts: at most one link per unordered pair,
+    each probed at its own time. Often partial: fleet apply probes about one pair per host
+    (`fleets/apply_probe.py`), `dstack fleet probe` every pair; both merge in (`merged`)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     measured_at: datetime
+    """When the last probe merged into this record ran."""
     seconds: float = 1.0
-    """How long each pair was asked to send."""
+    """How long each pair of that last probe was asked to send."""
     links: tuple[BandwidthLink, ...] = ()
 
-    def matrix(self) -> dict[tuple[str, str], float]:
-        """(src, dst) -> bytes per second of every link measured (unknown ones left out): the
-        input of `scheduler.bandwidth.best_gang`."""
-        return {
-            (link.src, link.dst): link.bytes_per_second
-            for link in self.links
-            if link.bytes_per_second is not None
-        }
+    def matrix(self) -> LinkMatrix:
+        """(src, dst) -> bytes per second of every link measured (unknown ones left out, but
+        listed in `LinkMatrix.unknown`): the input of `scheduler.bandwidth.best_gang`, and
+        what `dstack watch` exports (the measured links only)."""
+        return LinkMatrix(
+            {
+                (link.src, link.dst): link.bytes_per_second
+                for link in self.links
+                if link.bytes_per_second is not None
+            },
+            unknown=[(x.src, x.dst) for x in self.links if x.bytes_per_second is None],
+        )
+
+    def best_rates(self) -> dict[str, float]:
+        """host -> its fastest measured link (bytes per second); a host with none is absent.
+        Its NIC is at least that fast."""
+        best: dict[str, float] = {}
+        for link in self.links:
+            rate = link.bytes_per_second
+            if rate is None:
+                continue
+            for host in (link.src, link.dst):
+                best[host] = max(rate, best.get(host, rate))
+        return best
+
+    def merged(self, newer: BandwidthRecord) -> BandwidthRecord:
+        """This record with `newer`'s links: a pair probed again takes its newer link, in the
+        old one's place, measured or not (a pair that stopped connecting must show as such);
+        every other pair keeps its link. Each link carries its own `measured_at`; the record
+        takes `newer`'s time and seconds."""
+        links: dict[tuple[str, str], BandwidthLink] = {}
+        for record in (self, newer):
+            for link in record.links:
+                when = link.measured_at or record.measured_at
+                links[link.pair] = link.model_copy(update={"measured_at": when})
+        return BandwidthRecord(
+            measured_at=newer.measured_at, seconds=newer.seconds, links=tuple(links.values())
+        )
 
     def among(self, hosts: Collection[str]) -> BandwidthRecord | None:
         """Only the links between `hosts` (the ones still in the fleet); None if none is."""

@@ -201,32 +201,35 @@ async def _apply_flow(
             f"{'destroy' if destroy else 'apply'} needs confirmation: pass -y/--auto-approve "
             "(or apply a saved plan) when --no-input is set"
         )
-    async with project.locked("destroy" if destroy else "apply", lock_timeout):
-        if saved_plan is not None:
-            plan = load_plan(saved_plan)
-        else:
-            with progress("Refreshing state and planning..."):
-                plan, _ = await project.plan(options)
-        checked = _policy_report(plan, project.directory, policy_files, saved_plan)
-        print_lines(render_plan(plan))
-        enforce(checked)  # a denied plan is never applied, a saved one included
-        if not plan.has_changes:
-            await _publish(project, destroy)
-            return True
-        if not approve and not await _confirm(destroy):
-            print_lines([f"{'Destroy' if destroy else 'Apply'} cancelled."])
-            return False
-        interrupt = Interrupt()
-        changing.began = True
-        with interrupt.signal_handlers():
-            report = await project.apply(
-                plan,
-                saved_plan=saved_plan,
-                parallelism=parallelism,
-                interrupt=interrupt,
-                on_event=_print_event,
-            )
-        await _publish(project, destroy)  # after the changes: a new state is written by them
+    # the plan and the apply are one command: each machine's jobs are listed once for both
+    # (`fleets/listings.py`)
+    with project.machines.listings.kept():
+        async with project.locked("destroy" if destroy else "apply", lock_timeout):
+            if saved_plan is not None:
+                plan = load_plan(saved_plan)
+            else:
+                with progress("Refreshing state and planning..."):
+                    plan, _ = await project.plan(options)
+            checked = _policy_report(plan, project.directory, policy_files, saved_plan)
+            print_lines(render_plan(plan))
+            enforce(checked)  # a denied plan is never applied, a saved one included
+            if not plan.has_changes:
+                await _publish(project, destroy)
+                return True
+            if not approve and not await _confirm(destroy):
+                print_lines([f"{'Destroy' if destroy else 'Apply'} cancelled."])
+                return False
+            interrupt = Interrupt()
+            changing.began = True
+            with interrupt.signal_handlers():
+                report = await project.apply(
+                    plan,
+                    saved_plan=saved_plan,
+                    parallelism=parallelism,
+                    interrupt=interrupt,
+                    on_event=_print_event,
+                )
+            await _publish(project, destroy)  # after the changes: a new state is written by them
     print_lines(["", *_report_lines(report)])
     if attach and report.ok:
         from dstack_plan.cli.attach import attach_runs

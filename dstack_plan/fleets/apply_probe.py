@@ -9,16 +9,14 @@ links it leaves unmeasured, the gang choice estimates from the hosts' measured o
 (`scheduler/bandwidth.py`). It never fails an apply: a pair that cannot be measured, or is
 not done within the budget, is recorded unknown with why.
 
-The prober is the project's `(fleet, state)` callable that runs `fleets/probe.py`'s
-`probe_fleet`; the pairs reach it through `only_pairs`.
+The prober is the project's `(fleet, state, pairs)` callable that runs `fleets/probe.py`'s
+`probe_pairs`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -40,43 +38,22 @@ APPLY_PARALLELISM = 32
 """Most pairs probed at once (each holds two SSH channels of the controller): a fleet of up
 to 64 new hosts is probed in one go, a larger one in waves within the same budget."""
 
-Prober = Callable[[str, State], Awaitable[BandwidthRecord]]
-"""(fleet name, a state holding its entry) -> the links measured between its hosts (only the
-pairs of `only_pairs` when it is set, as `probe.probe_fleet` does)."""
+Prober = Callable[[str, State, "PairScope"], Awaitable[BandwidthRecord]]
+"""(fleet name, a state holding its entry, the pairs to measure) -> the links measured
+(`probe.probe_pairs`)."""
 
 Pair = tuple[str, str]
 
 
 @dataclass(frozen=True)
 class PairScope:
-    """What `probe.probe_fleet` measures inside `only_pairs`: `pairs` ((src, dst) host names,
-    no host in two: they run at once, at most `parallelism` together), all within `budget`
-    seconds (`probe.probe_pairs`)."""
+    """What apply's prober measures: `pairs` ((src, dst) host names, no host in two: they run
+    at once, at most `parallelism` together), all within `budget` seconds
+    (`probe.probe_pairs`)."""
 
     pairs: tuple[Pair, ...]
     budget: float
     parallelism: int = APPLY_PARALLELISM
-
-
-_scope: ContextVar[PairScope | None] = ContextVar("dstack_plan_probe_scope", default=None)
-"""Set by `only_pairs`. Apply's prober is the project's `(fleet, state)` callable that calls
-`probe_fleet` (`Project._probe_on_apply`): the pairs reach it this way, not as an argument."""
-
-
-@contextmanager
-def only_pairs(scope: PairScope) -> Iterator[None]:
-    """Within this block (this task, and the tasks it starts), `probe.probe_fleet` probes
-    only `scope`'s pairs instead of every pair."""
-    token = _scope.set(scope)
-    try:
-        yield
-    finally:
-        _scope.reset(token)
-
-
-def current_scope() -> PairScope | None:
-    """The pairs `only_pairs` narrows `probe.probe_fleet` to here; None: every pair."""
-    return _scope.get()
 
 
 class ApplyPairs(NamedTuple):
@@ -199,15 +176,14 @@ async def _measure(
     budget: float,
 ) -> BandwidthRecord:
     """`pairs` measured by `prober`, which cancels what is not done within `budget`; a prober
-    that does not (it ignores `only_pairs`) is given up on a little later, so that no apply
-    waits on it."""
-    with only_pairs(PairScope(tuple(pairs), budget, APPLY_PARALLELISM)):
-        try:
-            return await asyncio.wait_for(
-                prober(entry.name, state.with_resource(entry)), budget + BUDGET_GRACE
-            )
-        except asyncio.TimeoutError:
-            raise DstackPlanError(f"no result within {budget + BUDGET_GRACE:g}s") from None
+    that does not is given up on a little later, so that no apply waits on it."""
+    scope = PairScope(tuple(pairs), budget, APPLY_PARALLELISM)
+    try:
+        return await asyncio.wait_for(
+            prober(entry.name, state.with_resource(entry), scope), budget + BUDGET_GRACE
+        )
+    except asyncio.TimeoutError:
+        raise DstackPlanError(f"no result within {budget + BUDGET_GRACE:g}s") from None
 
 
 def _best_among(bandwidth: BandwidthRecord | None, hosts: Sequence[str]) -> dict[str, float]:

@@ -3,7 +3,8 @@
 Plan and apply place runs from the same inputs: every machine that can take jobs (its
 resources known, its last check passed, its agent answering now) with the jobs on it and the
 labels it carries (`scheduler/labels.py`: which runs may use it, which prefer it). One job
-listing per machine, all machines side by side.
+listing per machine, all machines side by side (within a command, the one it already made:
+`fleets/listings.py`).
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ async def fleet_load(
 
     async def listing(machine: Machine) -> tuple[Machine, list[BusyJob] | str]:
         try:
-            agent = await machines.agent(fleet, machine.host, state)
-            return machine, busy_jobs(await agent.list_jobs(), deployment)
+            return machine, busy_jobs(await machines.jobs(fleet, machine.host, state), deployment)
         except DstackPlanError as e:
             if fleet == LOCAL_FLEET:
                 raise

@@ -8,7 +8,8 @@ only a job listing per host. A host whose last check failed is still listed (its
 run) but is not `usable` for new jobs.
 
 One provider per SSH fleet serves every request of a command (one SSH connection per host,
-reused), until `close`.
+reused), until `close`. Within a command (`listings.kept()`), each machine's jobs are listed
+once and the local machine's host facts read once (`fleets/listings.py`).
 
 Reaching an SSH host's agent starts it (installs it if need be) when it does not run, unless
 `start_agents` is off: then only an agent that runs is talked to, and a host without one does
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dstack_plan.errors import ProviderError
+from dstack_plan.fleets.listings import JobListings, MachineKey
 from dstack_plan.fleets.records import FleetRecord, fleet_ssh_config, is_cloud_fleet
 from dstack_plan.fleets.ssh import SSHProviderFactory
 from dstack_plan.providers.base import Instance, MachineResources, Provider
@@ -35,6 +37,7 @@ from dstack_plan.sharing.imports import Imports, is_imported
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
+    from dstack_plan.agent.api_models import JobInfo
     from dstack_plan.agent.client import AgentClient
     from dstack_plan.config.fleet import SSHConfig
     from dstack_plan.providers.ssh.connect import Connection
@@ -88,6 +91,8 @@ class FleetMachines:
         """fleet name -> (its recorded ssh_config and pins as JSON, the provider built from
         them)."""
         self._retired: list[SSHProvider] = []
+        self.listings = JobListings()
+        """What the agents listed, kept for a command (`fleets/listings.py`)."""
 
     @property
     def start_agents(self) -> bool:
@@ -117,7 +122,7 @@ class FleetMachines:
         Raises ProviderError when `state` has no such fleet (not applied yet)."""
         implicit = self.implicit.implicit_instances(fleet)
         if implicit:
-            return await self._implicit_machines(implicit)
+            return await self._implicit_machines(fleet, implicit)
         entry = self._entry(fleet, state)
         config = ssh_config_of(entry)
         provider = self._provider(fleet, entry, config)
@@ -160,6 +165,32 @@ class FleetMachines:
         provider, instance = self._ssh_host(fleet, host, state)
         return await provider.agent(instance)
 
+    async def jobs(
+        self,
+        fleet: str,
+        host: str,
+        state: State,
+        run_name: str | None = None,
+        agent: AgentClient | None = None,
+    ) -> list[JobInfo]:
+        """The jobs the agent of `fleet`'s machine `host` (`agent`, when the caller has it)
+        lists, oldest first (only those of `run_name` when given): once per machine within a
+        command (`listings`), else asked now."""
+        if agent is None:
+            agent = await self.agent(fleet, host, state)
+        if not self.listings.active:
+            return await agent.list_jobs(run_name=run_name)
+        return await self.listings.jobs(self.machine_key(fleet, host), agent.list_jobs, run_name)
+
+    def machine_key(self, fleet: str, host: str) -> MachineKey:
+        """Which machine `fleet`'s `host` is, for `listings` (no I/O): a fleet of implicit
+        machines names one by several names, as `agent` resolves them."""
+        implicit = self.implicit.implicit_instances(fleet)
+        if implicit:
+            named = [i for i in implicit if i.hostname == host]
+            return fleet, (named or implicit)[0].id
+        return fleet, host
+
     async def forward(
         self, fleet: str, host: str, state: State, remote_port: int, local_port: int = 0
     ) -> Forward:
@@ -199,9 +230,10 @@ class FleetMachines:
         self._retired.clear()
         await self.implicit.close()
 
-    async def _implicit_machines(self, implicit: list[Instance]) -> list[Machine]:
+    async def _implicit_machines(self, fleet: str, implicit: list[Instance]) -> list[Machine]:
         provider = self.implicit
-        found = await provider.refresh(implicit)
+        # host facts once per command: an apply of N runs asked them N times
+        found = await self.listings.implicit(fleet, lambda: provider.refresh(implicit))
         if not found or any(i.resources is None for i in found):
             raise ProviderError(provider.name, "this machine's resources are not known")
         return [

@@ -21,7 +21,6 @@ from dstack_plan.agent import bandwidth as limits
 from dstack_plan.agent.api_models import ProbeMeasure
 from dstack_plan.clock import Clock
 from dstack_plan.errors import DstackPlanError
-from dstack_plan.fleets.apply_probe import current_scope
 from dstack_plan.fleets.machines import FleetMachines, Machine
 from dstack_plan.fleets.records import BandwidthLink, BandwidthRecord, FleetRecord
 from dstack_plan.state.backend import StateBackend
@@ -62,25 +61,11 @@ async def probe_fleet(
     max_bytes: int = limits.DEFAULT_MAX_BYTES,
     parallelism: int = DEFAULT_PARALLELISM,
 ) -> BandwidthRecord:
-    """Probe every pair of `fleet`'s machines (as `state` records them); a link per pair.
-    Inside `apply_probe.only_pairs` (fleet apply): only its pairs, as `probe_pairs`."""
+    """Probe every pair of `fleet`'s machines (as `state` records them); a link per pair."""
     if not 0 < seconds <= limits.MAX_SECONDS:
         raise DstackPlanError(f"--seconds must be more than 0 and at most {limits.MAX_SECONDS:g}")
     if parallelism < 1:
         raise DstackPlanError("--parallelism must be at least 1")
-    scope = current_scope()
-    if scope is not None:
-        return await probe_pairs(
-            machines,
-            fleet,
-            state,
-            clock,
-            scope.pairs,
-            seconds=seconds,
-            max_bytes=max_bytes,
-            budget=scope.budget,
-            parallelism=scope.parallelism,
-        )
     found = await machines.machines(fleet, state)
     measured_at = timestamp(clock)
     limit = asyncio.Semaphore(parallelism)

@@ -354,8 +354,8 @@ class RunHandler(ResourceHandler):
             hosts = {next(iter(sorted(hosts)), "localhost")}  # one machine, one agent
         for host in sorted(hosts):
             agent = await self.machines.agent(record.fleet, host, state)
-            try:
-                listed = await agent.list_jobs(run_name=current.name)
+            try:  # the command's listing of the host, not one per run (`fleets/listings.py`)
+                listed = await self.machines.jobs(record.fleet, host, state, current.name, agent)
             except DstackPlanError:
                 if host in recorded or record.fleet == LOCAL_FLEET:
                     raise  # it holds jobs of this run: they must not be forgotten
@@ -369,7 +369,7 @@ class RunHandler(ResourceHandler):
                 here |= {r.id for r in jobs if r.host == host}
             ids = sorted(owned & here)
             if ids:
-                await _stop_and_remove(agent, ids, spec, keep=kept)
+                await self._stopped(record.fleet, host, agent, ids, spec, keep=kept)
         if self._volumes is not None and run_volume_names(spec):
             # its jobs are gone: the volumes they mounted leave their machines
             await self._volumes.release(state, excluding={current.address})
@@ -393,7 +393,18 @@ class RunHandler(ResourceHandler):
                 run.spec, placed, state, lambda m: ctx.progress(address, m)
             )
             run = run._replace(disks=disks)
-        return await submit_jobs(run, placed, agents, ctx)
+        try:
+            submitted = await submit_jobs(run, placed, agents, ctx)
+        except BaseException:
+            # some may have been submitted (or refused: others took the room): ask again
+            for fleet in {j.machine.fleet for j in placed}:
+                self.machines.listings.relist(fleet)
+            raise
+        for job in submitted:  # the command's listing shows them (`fleets/listings.py`)
+            self.machines.listings.record(
+                self.machines.machine_key(job.machine.fleet, job.machine.host), [job.info]
+            )
+        return submitted
 
     def pack_code(self, change: ResourceChange, spec: RunSpec) -> CodeArchive | None:
         """The run's local files, packed now; refused when they are not what the plan saw
@@ -433,7 +444,22 @@ class RunHandler(ResourceHandler):
         replicas: int | None = None,
     ) -> list[Machine]:
         """Place the run's jobs (or `replicas` more of a service's) on the fleet's usable
-        machines as they are loaded now; raise ProviderError when they do not fit."""
+        machines as they are loaded now; raise ProviderError when they do not fit.
+
+        Within a command the machines' listings are those it made before, kept up to date
+        with its own submissions (`fleets/listings.py`): a run they leave no room for is
+        placed once more from listings asked now (others' jobs may have ended meanwhile)."""
+        try:
+            return await self._place_now(fleet, address, spec, state, replicas)
+        except NoCapacity:
+            if not self.machines.listings.active:
+                raise
+        self.machines.listings.relist(fleet)
+        return await self._place_now(fleet, address, spec, state, replicas)
+
+    async def _place_now(
+        self, fleet: str, address: str, spec: RunSpec, state: State, replicas: int | None
+    ) -> list[Machine]:
         load = await fleet_load(self.machines, fleet, state, self.deployment)
         if not load.candidates:
             raise NoCapacity(
@@ -475,7 +501,7 @@ class RunHandler(ResourceHandler):
             return {}
         agent = await self.machines.agent(fleet, host, state)  # no I/O: a missing fleet raises
         try:
-            return {j.id: j for j in await agent.list_jobs()}
+            return {j.id: j for j in await self.machines.jobs(fleet, host, state, agent=agent)}
         except DstackPlanError:
             if fleet == LOCAL_FLEET:
                 raise
@@ -507,7 +533,28 @@ class RunHandler(ResourceHandler):
             by_host.setdefault(job.host, []).append(job.id)
         for host, ids in by_host.items():
             agent = await self.machines.agent(fleet, host, state)
-            await _stop_and_remove(agent, ids, spec, reason)
+            await self._stopped(fleet, host, agent, ids, spec, reason)
+
+    async def _stopped(
+        self,
+        fleet: str,
+        host: str,
+        agent: AgentClient,
+        ids: list[str],
+        spec: RunSpec,
+        reason: str | None = None,
+        keep: Collection[str] = (),
+    ) -> None:
+        """`_stop_and_remove` on `fleet`'s machine `host`, the command's listing of it told
+        (`fleets/listings.py`): the jobs removed are gone, those kept have ended."""
+        key = self.machines.machine_key(fleet, host)
+        try:
+            ended = await _stop_and_remove(agent, ids, spec, reason, keep)
+        except BaseException:
+            self.machines.listings.relist(fleet)  # some stopped, some not: ask again
+            raise
+        self.machines.listings.forget(key, (i for i in ids if i not in ended))
+        self.machines.listings.record(key, ended.values())
 
 
 async def _stop_and_remove(
@@ -516,11 +563,13 @@ async def _stop_and_remove(
     spec: RunSpec,
     reason: str | None = None,
     keep: Collection[str] = (),
-) -> None:
+) -> dict[str, JobInfo]:
     """Stop the jobs `ids` on `agent` (each within its graceful window, ending with `reason`,
-    default the user's) and remove them, but those in `keep` (stopped only)."""
+    default the user's) and remove them, but those in `keep` (stopped only): how those
+    ended, by id."""
     timeout = stop_seconds(spec)
     limit = asyncio.Semaphore(MAX_CONCURRENT_STOPS)
+    ended: dict[str, JobInfo] = {}
 
     async def one(job_id: str) -> None:
         async with limit:
@@ -528,15 +577,18 @@ async def _stop_and_remove(
                 info = await agent.get_job(job_id)
                 if not info.finished:
                     await agent.stop(job_id, timeout=timeout, reason=reason)
-                    await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
+                    info = await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
                 if job_id not in keep:
                     await agent.delete(job_id, force=True)
+                else:
+                    ended[job_id] = info
             except AgentError as e:
                 if e.status != 404:
                     raise
 
     # all jobs stop in parallel (each may wait out its graceful window), at most N at once
     await asyncio.gather(*(one(i) for i in ids))
+    return ended
 
 
 def _unused_generation(

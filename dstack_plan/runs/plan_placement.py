@@ -84,6 +84,13 @@ class RunPlacement:
         for resource in runs:
             spec = resource.spec
             assert isinstance(spec, RunSpec)
+            if not starts(resource.address):
+                kept = recorded_placement(state, resource.address)
+                if kept is not None:
+                    # a run the plan keeps is where its jobs are, not where it would go:
+                    # placing it again would decide nothing (a placement per running run)
+                    result[resource.address] = kept
+                    continue
             fleet = fleet_of(resource, fleets)
             provider = by_address[resource.address].provider
             if not placeable(fleet, provider, by_address, state):
@@ -126,11 +133,6 @@ class RunPlacement:
                     never[resource.address] += f"; {more}"
         if never:
             raise PlanError("\n".join(never.values()))
-        for resource in runs:  # a run the plan keeps is where its jobs are, not where it would go
-            if not starts(resource.address):
-                kept = recorded_placement(state, resource.address)
-                if kept is not None:
-                    result[resource.address] = kept
         from dstack_plan.runs.queueing import plan_note  # queued and scheduled runs
 
         specs = {r.address: r.spec for r in runs}

@@ -181,7 +181,10 @@ async def step(handler: RunPlacer, entry: ResourceState, ctx: ApplyContext) -> S
         return Step(entry, "waiting")
     for job in (j for j in old if j.replica == replica and j.status in RUNNING):
         agent = await handler.machines.agent(record.fleet, job.host, state)
-        await agent.stop(job.id, timeout=stop_seconds(spec), reason=TERMINATED_BY_SERVER)
+        timeout = stop_seconds(spec)
+        stopping = await agent.stop(job.id, timeout=timeout, reason=TERMINATED_BY_SERVER)
+        key = handler.machines.machine_key(record.fleet, job.host)
+        handler.machines.listings.record(key, [stopping])  # the command's listing: stopping
         log.info(
             "%s: replica %d runs the new spec: stopping %s",
             entry.address,

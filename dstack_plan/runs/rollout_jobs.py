@@ -66,8 +66,14 @@ async def start_replica(
         spec, entry.name, deployment, generation, handler.secrets, handler.pack_code(change, spec)
     )
     agents = {m.host: await handler.machines.agent(record.fleet, m.host, state) for m in machines}
-    submitted = await submit_jobs(run, [PlacedJob(slot, machines[0])], agents, ctx)
+    try:
+        submitted = await submit_jobs(run, [PlacedJob(slot, machines[0])], agents, ctx)
+    except BaseException:
+        handler.machines.listings.relist(record.fleet)  # submitted or not: ask again
+        raise
     job = submitted[0]
+    key = handler.machines.machine_key(record.fleet, job.machine.host)
+    handler.machines.listings.record(key, [job.info])  # the command's listing shows it
     return JobRecord.of_job(job.info, replica, 0, host=job.machine.host)._replace(
         spec_hash=job_spec_hash(entry.spec)
     )
@@ -134,3 +140,4 @@ async def remove_jobs(handler: RunPlacer, fleet: str, jobs: list[JobRecord], sta
         except AgentError as e:
             if e.status != 404:
                 raise
+        handler.machines.listings.forget(handler.machines.machine_key(fleet, job.host), [job.id])

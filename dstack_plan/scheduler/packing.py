@@ -53,7 +53,11 @@ class Workload(NamedTuple):
     @classmethod
     def from_shapes(cls, shapes: Iterable[Shape]) -> Workload:
         """The mix of `shapes` (each job once), most common first, ties in shape order."""
-        counts = Counter(shapes)
+        return cls.from_counts(Counter(shapes))
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[Shape, int]) -> Workload:
+        """The mix of jobs of each shape, `counts` of them (`from_shapes`, counted)."""
         total = sum(counts.values())
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].gpus, kv[0].gpu_milli))
         return cls(tuple((shape, n / total) for shape, n in ranked))

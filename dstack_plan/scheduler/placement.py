@@ -12,6 +12,7 @@ fit; ties by host name), so small jobs do not scatter over every host and starve
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -23,6 +24,7 @@ from dstack_plan.providers.matching import (
     static_mismatch,
 )
 from dstack_plan.scheduler.bandwidth import best_gang
+from dstack_plan.scheduler.ledger import Held, HostLedger
 from dstack_plan.scheduler.occupancy import gpu_free, percent, take
 from dstack_plan.scheduler.packing import (
     UNIFORM,
@@ -81,10 +83,22 @@ class Candidate(NamedTuple):
     resources: MachineResources
     busy: tuple[HostJob, ...] = ()
     price_per_hour: float = 0.0
+    ledger: HostLedger | None = None
+    """What holds the machine, tallied (`scheduler/ledger.py`): when given, it stands for
+    `busy` (a caller placing many runs keeps one ledger per machine up to date instead of
+    listing every job for every run)."""
 
     @property
     def label(self) -> str:
         return f"{self.fleet} ({self.host})"
+
+    def tallied(self) -> HostLedger:
+        """What holds the machine: its ledger, else one built from `busy`."""
+        return self.ledger if self.ledger is not None else HostLedger(self.busy)
+
+    def idle(self) -> Candidate:
+        """The machine with nothing on it."""
+        return self._replace(busy=(), ledger=None)
 
 
 class Decision(NamedTuple):
@@ -152,16 +166,18 @@ def place(
             reason=f"needs {len(demands)} machines, eligible fleets have {len(candidates)}",
             blocked_by=frozenset({MACHINES}),
         )
-    scorer = Scorer(workload or _observed(demands, candidates))
-    now = _best_fit(demands, candidates, distinct, scorer, bandwidth)
+    ledgers = [c.tallied() for c in candidates]
+    scorer = Scorer(workload or _observed(demands, ledgers))
+    now = _best_fit(demands, candidates, ledgers, distinct, scorer, bandwidth)
     if not isinstance(now, _Miss):
         return Decision(hosts=now)
     # what runs there only takes capacity away, so idle machines are asked only on a miss
-    idle = _best_fit(demands, [c._replace(busy=()) for c in candidates], distinct, scorer)
-    if isinstance(idle, _Miss):
+    idle = [c.idle() for c in candidates]
+    empty = _best_fit(demands, idle, [HostLedger() for _ in idle], distinct, scorer)
+    if isinstance(empty, _Miss):
         return Decision(
-            reason=_never_reason(idle, len(demands) > 1),
-            blocked_by=frozenset(w.kind for _, w in idle.why),
+            reason=_never_reason(empty, len(demands) > 1),
+            blocked_by=frozenset(w.kind for _, w in empty.why),
         )
     return Decision(
         reason=_pending_reason(now, len(demands) > 1),
@@ -170,14 +186,16 @@ def place(
     )
 
 
-def _observed(demands: Sequence[JobDemand], candidates: Sequence[Candidate]) -> Workload:
+def _observed(demands: Sequence[JobDemand], ledgers: Sequence[HostLedger]) -> Workload:
     """The mix of GPU demands (count and share) among the jobs on the machines and those
     being placed."""
-    shapes = [Shape(gpus=j.gpus, gpu_milli=j.gpu_share) for c in candidates for j in c.busy]
-    shapes += [_shape(d) for d in demands]
-    if not any(shape.gpus for shape in shapes):
+    counts: Counter[Shape] = Counter()
+    for ledger in ledgers:  # their tallies: not a step per job on the machines
+        counts.update(ledger.shapes())
+    counts.update(_shape(d) for d in demands)
+    if not any(shape.gpus for shape in counts):
         return UNIFORM
-    return Workload.from_shapes(shapes)
+    return Workload.from_counts(counts)
 
 
 def _shape(job: JobDemand, host_gpus: Sequence[GPU] = ()) -> Shape:
@@ -185,22 +203,45 @@ def _shape(job: JobDemand, host_gpus: Sequence[GPU] = ()) -> Shape:
     return Shape(gpus=gpus_needed(gpu, host_gpus), gpu_milli=gpu_share_wanted(gpu))
 
 
-def _state(candidate: Candidate, load: list[HostJob]) -> HostState:
+class _Load(NamedTuple):
+    """What holds a candidate while a run's jobs are placed: its ledger, and the jobs of the
+    run placed on it so far (after the ledger's, in order)."""
+
+    ledger: HostLedger
+    placed: tuple[HostJob, ...] = ()
+
+    def gpu_free(self, count: int) -> list[int]:
+        if not self.placed:
+            return self.ledger.gpu_free(count)
+        return gpu_free(count, [*self.ledger.gpu_holders(), *self.placed])
+
+    def gpu_holders(self) -> list[Held]:
+        return [*self.ledger.gpu_holders(), *(j for j in self.placed if j.gpus)]
+
+    def port_owner(self, port: int) -> str | None:
+        owner = self.ledger.port_owner(port)
+        if owner is None:
+            owner = next((j.owner for j in self.placed if port in j.ports), None)
+        return owner
+
+
+def _state(candidate: Candidate, load: _Load) -> HostState:
     """What is free on the machine for packing: GPUs only (CPU and memory are checked
     against the machine's size, not accounted per job yet)."""
     gpus = candidate.resources.gpus
     model = gpus[0].name if gpus else ""
-    return HostState(model, 0, 0, tuple(sorted(gpu_free(len(gpus), load), reverse=True)))
+    return HostState(model, 0, 0, tuple(sorted(load.gpu_free(len(gpus)), reverse=True)))
 
 
 def _best_fit(
     demands: Sequence[JobDemand],
     candidates: Sequence[Candidate],
+    ledgers: Sequence[HostLedger],
     distinct: bool,
     scorer: Scorer,
     bandwidth: Mapping[tuple[str, str], float] | None = None,
 ) -> tuple[Candidate, ...] | _Miss:
-    load = {i: list(c.busy) for i, c in enumerate(candidates)}
+    load = {i: _Load(ledger) for i, ledger in enumerate(ledgers)}
     alike = all(d[1:] == demands[0][1:] for d in demands)  # all but the label
     if distinct and bandwidth and len(demands) > 1 and alike:
         # a gang of alike nodes: any feasible host takes any node, so pick the set by links
@@ -215,15 +256,17 @@ def _best_fit(
         ranked, misses = _ranked(job, candidates, load, set(chosen) if distinct else set(), scorer)
         if not ranked:
             return _Miss(job, tuple(misses))
-        chosen.append(ranked[0])
-        load[ranked[0]].append(held_by(job, job.label, candidates[ranked[0]].resources.gpus))
+        index = ranked[0]
+        chosen.append(index)
+        held = held_by(job, job.label, candidates[index].resources.gpus)
+        load[index] = load[index]._replace(placed=(*load[index].placed, held))
     return tuple(candidates[i] for i in chosen)
 
 
 def _ranked(
     job: JobDemand,
     candidates: Sequence[Candidate],
-    load: dict[int, list[HostJob]],
+    load: dict[int, _Load],
     taken: set[int],
     scorer: Scorer,
 ) -> tuple[list[int], list[tuple[Candidate, _Why]]]:
@@ -249,7 +292,7 @@ def _ranked(
     return [i for _, i in sorted(keyed)], misses
 
 
-def _why_not(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why | None:
+def _why_not(job: JobDemand, candidate: Candidate, load: _Load) -> _Why | None:
     static = static_mismatch(job.resources, candidate.resources)
     if static is not None:
         return _Why(static, RESOURCES)
@@ -257,7 +300,7 @@ def _why_not(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why 
     if gpu_why is not None:
         return gpu_why
     for port in job.ports:
-        holder = next((j.owner for j in load if port in j.ports), None)
+        holder = load.port_owner(port)
         if holder is not None:
             return _Why(
                 f"port {port} is already used on {candidate.host} by {holder}",
@@ -267,16 +310,16 @@ def _why_not(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why 
     return None
 
 
-def _gpu_shortfall(job: JobDemand, candidate: Candidate, load: list[HostJob]) -> _Why | None:
+def _gpu_shortfall(job: JobDemand, candidate: Candidate, load: _Load) -> _Why | None:
     """Why the GPUs the job needs are not free on the machine now; None when they are."""
     wanted = gpus_needed(job.resources.gpu, candidate.resources.gpus)
     if not wanted:
         return None
     share = gpu_share_wanted(job.resources.gpu)
-    free = gpu_free(len(candidate.resources.gpus), load)
+    free = load.gpu_free(len(candidate.resources.gpus))
     if take(free, wanted, share) is not None:
         return None
-    holders = ", ".join(dict.fromkeys(j.owner for j in load if j.gpus))
+    holders = ", ".join(dict.fromkeys(j.owner for j in load.gpu_holders()))
     if share < WHOLE:
         most = max(free, default=0)
         return _Why(

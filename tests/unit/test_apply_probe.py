@@ -26,9 +26,7 @@ from dstack_plan.fleets.apply_probe import (
     ApplyPairs,
     PairScope,
     apply_pairs,
-    current_scope,
     needs_probe,
-    only_pairs,
     partner,
     probed,
 )
@@ -133,23 +131,22 @@ def test_a_probe_is_needed_while_a_usable_host_has_no_measured_link() -> None:
 
 
 class FakeProber:
-    """The project's prober as apply sees it: measures the pairs `only_pairs` gives it
-    (rates by pair), and records each call's scope."""
+    """The project's prober as apply sees it: measures the pairs it is given (rates by
+    pair), and records each call's scope."""
 
     def __init__(self, rates: dict[frozenset[str], float | None]):
         self.rates = rates
         self.scopes: list[PairScope] = []
 
-    async def __call__(self, fleet: str, state: State) -> BandwidthRecord:
-        scope = current_scope()
-        assert scope is not None and fleet == FLEET and f"fleet.{fleet}" in state.resources
+    async def __call__(self, fleet: str, state: State, scope: PairScope) -> BandwidthRecord:
+        assert fleet == FLEET and f"fleet.{fleet}" in state.resources
         self.scopes.append(scope)
         links = tuple(_link(s, d, self.rates.get(frozenset((s, d)))) for s, d in scope.pairs)
         return BandwidthRecord(measured_at=NOW, seconds=0.5, links=links)
 
 
 def _apply(
-    prober: Callable[[str, State], Awaitable[BandwidthRecord]] | None,
+    prober: Callable[[str, State, PairScope], Awaitable[BandwidthRecord]] | None,
     record: FleetRecord,
     **kw: Any,
 ) -> tuple[FleetRecord, list[str]]:
@@ -179,7 +176,6 @@ def test_a_new_fleet_probes_one_round_of_pairs_and_an_odd_host_against_the_best(
     assert all(s.parallelism == apply_probe.APPLY_PARALLELISM for s in prober.scopes)
     assert _pairs(done) == {("h1", "h2"): 0.05 * GB, ("h3", "h4"): 10 * GB, ("h3", "h5"): 9 * GB}
     assert said[0].startswith("measuring the bandwidth of 5 host(s): 3 pair(s) at once")
-    assert current_scope() is None  # only within the probe
 
 
 def test_hosts_added_later_are_probed_against_one_existing_host_each() -> None:
@@ -210,13 +206,13 @@ def test_a_probe_that_fails_or_hangs_never_fails_the_apply(
 ) -> None:
     record = _fleet([_host("a"), _host("b")])
 
-    async def broken(fleet: str, state: State) -> BandwidthRecord:
+    async def broken(fleet: str, state: State, scope: PairScope) -> BandwidthRecord:
         raise DstackPlanError("the agent is too old for probes")
 
     done, said = _apply(broken, record)
     assert done == record and said[-1] == "bandwidth not measured: the agent is too old for probes"
 
-    async def silent(fleet: str, state: State) -> BandwidthRecord:
+    async def silent(fleet: str, state: State, scope: PairScope) -> BandwidthRecord:
         await asyncio.Event().wait()  # a prober that does not keep to the budget
         raise AssertionError("unreachable")
 
@@ -322,21 +318,12 @@ def test_a_pair_not_done_within_the_budget_is_unknown_with_why() -> None:
         _run_pairs(world, [("a", "b"), ("b", "c")], budget=1.0)
 
 
-def test_probe_fleet_measures_every_pair_unless_apply_narrows_it() -> None:
+def test_probe_fleet_measures_every_pair() -> None:
     hosts = ["a", "b", "c", "d"]
-
-    async def run(scope: PairScope | None) -> BandwidthRecord:
-        machines = cast(FleetMachines, FakeWorld(hosts))
-        state = State(lineage=str(uuid.uuid4()))
-        if scope is None:
-            return await probe_fleet(machines, FLEET, state, FakeClock(), seconds=0.5)
-        with only_pairs(scope):
-            return await probe_fleet(machines, FLEET, state, FakeClock(), seconds=0.5)
-
-    full = asyncio.run(run(None))  # `dstack fleet probe`: all six pairs
+    machines = cast(FleetMachines, FakeWorld(hosts))
+    state = State(lineage=str(uuid.uuid4()))
+    full = asyncio.run(probe_fleet(machines, FLEET, state, FakeClock(), seconds=0.5))
     assert len(full.links) == 6 and all(x.bytes_per_second for x in full.links)
-    narrowed = asyncio.run(run(PairScope((("a", "b"), ("c", "d")), budget=60)))
-    assert [(x.src, x.dst) for x in narrowed.links] == [("a", "b"), ("c", "d")]
 
 
 def test_fleet_probe_merges_into_the_recorded_matrix(tmp_path: Path) -> None:
@@ -366,11 +353,3 @@ def test_fleet_probe_merges_into_the_recorded_matrix(tmp_path: Path) -> None:
         ("c", "a"): None,
         ("b", "c"): 2 * GB,
     }
-
-
-def test_the_scope_is_gone_after_the_block_even_on_error() -> None:
-    with pytest.raises(DstackPlanError):
-        with only_pairs(PairScope((("a", "b"),), budget=1)):
-            assert current_scope() is not None
-            raise DstackPlanError("boom")
-    assert current_scope() is None

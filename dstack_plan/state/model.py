@@ -255,7 +255,8 @@ class State(BaseModel):
         """A new state without `address`; `self` if it is absent (so retries stay idempotent)."""
         if address not in self.resources:
             return self
-        resources = {a: r for a, r in self.resources.items() if a != address}
+        resources = dict(self.resources)  # a copy and a delete: C speed at any size
+        del resources[address]
         return self.model_copy(update={"resources": resources})
 
     def same_content(self, other: State) -> bool:

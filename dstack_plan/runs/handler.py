@@ -574,9 +574,10 @@ async def _stop_and_remove(
     async def one(job_id: str) -> None:
         async with limit:
             try:
-                info = await agent.get_job(job_id)
+                # a stop answers with the job (one that ended is left as it ended): no
+                # request to ask first, which over SSH is a channel per job
+                info = await agent.stop(job_id, timeout=timeout, reason=reason)
                 if not info.finished:
-                    await agent.stop(job_id, timeout=timeout, reason=reason)
                     info = await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
                 if job_id not in keep:
                     await agent.delete(job_id, force=True)

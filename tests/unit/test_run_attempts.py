@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dstack_plan.agent.api_models import JobInfo
+from dstack_plan.agent.api_models import JobInfo, JobStatus
 from dstack_plan.apply.handlers import ApplyContext
 from dstack_plan.clock import FakeClock
 from dstack_plan.config.secrets import SecretStore
@@ -153,8 +153,11 @@ class FakeAgent:
         return self.jobs[job_id]
 
     async def stop(self, job_id: str, **kwargs: Any) -> JobInfo:
+        job = await self.get_job(job_id)
+        if job.finished:  # as the agent does: an ended job stays as it ended
+            return job
         self.stopped.append(job_id)
-        self.jobs[job_id] = self.jobs[job_id].model_copy(update={"status": "terminated"})
+        self.jobs[job_id] = self.jobs[job_id].model_copy(update={"status": JobStatus.TERMINATED})
         return self.jobs[job_id]
 
     async def wait(self, job_id: str, timeout: float) -> JobInfo:

@@ -117,7 +117,8 @@ class _Snapshot:
     network: dict[tuple[str, str], float] = field(default_factory=dict)
     """(host, direction) -> bytes per second between the last two ticks that read it."""
     bandwidth: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    """(fleet, src, dst) -> bytes per second `dstack fleet probe` measured (from state)."""
+    """(fleet, src, dst) -> bytes per second last measured by fleet apply or `dstack fleet
+    probe` (from state)."""
 
 
 class _SnapshotCollector(Collector):
@@ -176,7 +177,7 @@ class _SnapshotCollector(Collector):
         )
         yield _gauge(
             "dstack_host_bandwidth_bytes_per_second",
-            "TCP throughput from src to dst as `dstack fleet probe` last measured it",
+            "TCP throughput from src to dst, last measured by fleet apply or `fleet probe`",
             s.bandwidth.items(),
             ("fleet", "src", "dst"),
         )

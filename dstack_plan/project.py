@@ -10,11 +10,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pydantic import TypeAdapter
 
 from dstack_plan.apply.deployment import Deployment
 from dstack_plan.apply.handlers import ApplyContext, Refreshed, ResourceHandler
@@ -54,7 +51,7 @@ from dstack_plan.sharing.imports import Imports, is_imported
 from dstack_plan.state.backend import StateBackend, StateSnapshot
 from dstack_plan.state.local import LocalBackend
 from dstack_plan.state.lock import hold_lock
-from dstack_plan.state.model import JsonObject, ResourceState, State
+from dstack_plan.state.model import ResourceState, State
 from dstack_plan.state.secrets import SecretGuard
 from dstack_plan.state.select import open_backend
 from dstack_plan.volumes.handler import VolumeHandler
@@ -408,7 +405,7 @@ class Project:
                 attributes[DEPOSED_KEY] = current.attributes[DEPOSED_KEY]
             if refreshed.status == current.status and attributes == current.attributes:
                 continue  # what `updated` would return unchanged, without re-validating it
-            changed[address] = _refreshed_entry(current, refreshed.status, attributes)
+            changed[address] = current.refreshed(refreshed.status, attributes)
         state = snapshot.state
         if changed:
             state = state.model_copy(update={"resources": {**state.resources, **changed}})
@@ -637,25 +634,6 @@ class Project:
         await self.machines.close()
         if self._clouds is not None:
             await self._clouds.close()
-
-
-def _refreshed_entry(
-    current: ResourceState, status: str, attributes: dict[str, Any]
-) -> ResourceState:
-    """`current` with the `status` and `attributes` refresh found, as `current.updated(now=
-    current.updated_at, ...)` makes it: only the attributes are validated again (JSON), the
-    spec and its hash are the entry's own. `updated` validates the whole entry twice, its
-    spec's hash each time: 87 us an entry against 12 us, and a no-op `dstack plan` of 10,000
-    runs whose jobs' statuses moved on since apply takes 3.35 s instead of 3.8 s (median of
-    6, the local fleet; benchmarks/scale.py runs it)."""
-    return current.model_copy(
-        update={"status": status, "attributes": _json_object().validate_python(attributes)}
-    )
-
-
-@cache
-def _json_object() -> TypeAdapter[JsonObject]:
-    return TypeAdapter(JsonObject)
 
 
 def _local_provider(agent_dir: str | Path | None) -> LocalProvider:

@@ -46,6 +46,8 @@ def serve(data: DataDir, port: int, log_max_bytes: int) -> int:
         raise DaemonError(f"cannot listen on {LISTEN_HOST}:{port}: {e.strerror or e}") from e
     app.start()
     bound = server.server_address[1]
+    # Logged before the connection file appears: whoever waits for that file finds the line.
+    log.info("agent %s serving %s on %s:%d", AGENT_VERSION, data.root, LISTEN_HOST, bound)
     write_json_atomic(
         data.connection_file,
         {
@@ -69,7 +71,6 @@ def serve(data: DataDir, port: int, log_max_bytes: int) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("agent %s serving %s on %s:%d", AGENT_VERSION, data.root, LISTEN_HOST, bound)
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

@@ -189,13 +189,32 @@ def stop(data: DataDir, timeout: float, pid: int | None = None) -> bool:
     _signal(running, signal.SIGCONT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not is_running(data):
+        if _exited(data, running):
             return True
         time.sleep(0.05)
     _signal(running, signal.SIGKILL)
-    while is_running(data):
+    while not _exited(data, running):
         time.sleep(0.05)
     return True
+
+
+def _exited(data: DataDir, pid: int) -> bool:
+    """The agent let go of its lock and its process is gone: the lock is released a moment
+    before the interpreter exits, and a caller that removes the agent's files after a stop
+    must not race that moment."""
+    if is_running(data):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return True  # another user's process has the pid now: ours is long gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has exited
+    except (OSError, IndexError):
+        return True
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -233,10 +233,10 @@ async def test_start_status_stop_detach_once(tmp_path: Path) -> None:
         assert serve.returncode == 1 and "already serves" in serve.stderr
 
         assert agent_cli("stop", "--data-dir", str(data_dir)).stdout.strip() == "stopped"
+        assert not _alive(first["pid"])  # gone when stop returns, not just its lock let go
         status = agent_cli("status", "--data-dir", str(data_dir), check=False)
         assert status.returncode == 3 and json.loads(status.stdout)["running"] is False
         assert "no agent runs" in agent_cli("stop", "--data-dir", str(data_dir)).stdout
-        assert not _alive(first["pid"])
     finally:
         agent_cli("stop", "--data-dir", str(data_dir), check=False)
 

@@ -71,6 +71,9 @@ async def apply_plan(
         return await walk.run()
     finally:
         await committer.close()  # changes of abandoned steps are stored all the same
+        # many small commits went to the journal: fold them in now, once, rather than have
+        # every plan and watch tick after this apply replay them
+        await asyncio.to_thread(backend.compact)
 
 
 class _Walk:

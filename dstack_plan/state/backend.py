@@ -149,6 +149,12 @@ class StateBackend(ABC):
         """
         return nullcontext()
 
+    def compact(self) -> None:
+        """Make the stored state quick to read for whoever reads it next, after many small
+        commits (an apply's end); the content and serial stay. Optional: most backends
+        always store the state whole."""
+        return None
+
     # --- earlier versions (`dstack state history`) -------------------------------------------
 
     def history(self) -> list[StateVersion]:

@@ -66,12 +66,17 @@ def change_of(old: State, new: State) -> JournalRecord:
     """The record that turns `old` into `new` (whose serial it carries). Entries are compared
     by identity first: a mutation replaces the entries it changes and keeps the others."""
     before, after = old.resources, new.resources
-    # the entries that are not the same objects, found at C speed (a state holds thousands,
-    # a commit changes a few): only those are compared by value
-    addresses = list(after)
-    others = compress(addresses, map(is_not, map(before.get, addresses), after.values()))
-    put = {a: after[a] for a in others if before.get(a) != after[a]}
-    removed = tuple(sorted(before.keys() - after.keys()))
+    touched = new.touched_since(old)
+    if touched is not None:  # made from `old` step by step: only those steps' entries
+        put = {a: after[a] for a in sorted(touched) if a in after and before.get(a) != after[a]}
+        removed = tuple(sorted(a for a in touched if a in before and a not in after))
+    else:
+        # the entries that are not the same objects, found at C speed (a state holds
+        # thousands, a commit changes a few): only those are compared by value
+        addresses = list(after)
+        others = compress(addresses, map(is_not, map(before.get, addresses), after.values()))
+        put = {a: after[a] for a in others if before.get(a) != after[a]}
+        removed = tuple(sorted(before.keys() - after.keys()))
     return JournalRecord(
         lineage=new.lineage,
         serial=new.serial,

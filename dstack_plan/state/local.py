@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -54,6 +55,8 @@ from dstack_plan.state.records import RecordSnapshot
 from dstack_plan.state.render import Renderer
 from dstack_plan.state.secrets import SecretGuard
 
+log = logging.getLogger(__name__)
+
 DEFAULT_STATE_PATH = Path(".dstack") / "state.json"
 STATE_ENV = "DSTACK_STATE"
 """Where the state file is when no `--state` is given (default: `.dstack/state.json` of the
@@ -71,6 +74,11 @@ JOURNAL_ENV = "DSTACK_PLAN_STATE_JOURNAL_FROM_BYTES"
 JOURNAL_FROM_BYTES = 512 * 1024
 """A state file smaller than this is rewritten whole on every commit, as it costs little
 (about 300 runs: a few milliseconds); from this size on, commits go to the journal."""
+COMPACT_FRACTION = 8
+COMPACT_FROM_BYTES = 64 * 1024
+"""`compact` folds a journal once it holds 1/COMPACT_FRACTION of the state file's bytes and
+at least COMPACT_FROM_BYTES: a reader replays it line by line, several times slower per byte
+than the file's parse, but a smaller one costs a reader under a millisecond."""
 
 
 def journal_from_bytes() -> int:
@@ -326,6 +334,29 @@ class LocalBackend(StateBackend):
             except OSError as err:  # disk full, permissions: the old state is still intact
                 raise StateError(f"{self.path}: cannot write state: {err}") from None
         return StateSnapshot(to_write, self._version(to_write))
+
+    def compact(self) -> None:
+        """Fold the journal into the state file once it holds an eighth of the file (and 64
+        KiB): every reader (each plan, each watch tick) would otherwise parse it line by line
+        on top of the file. A failure leaves the journal, which is as good, to the next
+        commit."""
+        with self._write_lock():
+            try:
+                size = self.journal_path.stat().st_size
+                file_size = self.path.stat().st_size
+            except OSError:  # no journal (or none to see): nothing to fold
+                return
+            if size < COMPACT_FROM_BYTES or size * COMPACT_FRACTION < file_size:
+                return
+            current = self._load()
+            if current is None:
+                return
+            try:
+                self._replace(current, keep_backup=True)
+                self._journaled = None
+                self.journal_path.unlink(missing_ok=True)  # folded in
+            except OSError as err:
+                log.warning("%s: the journal stays unfolded: %s", self.path, err)
 
     def _append(self, current: State, to_write: State) -> bool:
         """Commit `to_write` as a journal line when the state is large and the journal still

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from dstack_plan.clock import Clock
+from dstack_plan.state import derivation
 from dstack_plan.state.canonical import canonical_json
 from dstack_plan.state.canonical import spec_hash as compute_spec_hash
 from dstack_plan.state.exports import Export
@@ -266,7 +267,7 @@ class State(BaseModel):
         resources = dict(self.resources)
         resources[resource.address] = resource
         # Both parts are already validated and the key is derived from the value.
-        return self.model_copy(update={"resources": resources})
+        return self._derived(resources, resource.address)
 
     def without(self, address: str) -> State:
         """A new state without `address`; `self` if it is absent (so retries stay idempotent)."""
@@ -274,7 +275,18 @@ class State(BaseModel):
             return self
         resources = dict(self.resources)  # a copy and a delete: C speed at any size
         del resources[address]
-        return self.model_copy(update={"resources": resources})
+        return self._derived(resources, address)
+
+    def _derived(self, resources: dict[str, ResourceState], address: str) -> State:
+        derived = self.model_copy(update={"resources": resources})
+        derivation.record(derived, self, address)
+        return derived
+
+    def touched_since(self, ancestor: State) -> frozenset[str] | None:
+        """The addresses whose entries may differ from `ancestor`'s, when this state was made
+        from it by `with_resource` and `without` (a superset: a step may have been undone);
+        None when not known, and every entry must be compared."""
+        return derivation.touched_since(self, ancestor)
 
     def same_content(self, other: State) -> bool:
         """True when both states hold the same resources, exports and published policy

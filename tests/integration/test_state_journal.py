@@ -82,6 +82,33 @@ def test_the_journal_is_folded_in_once_it_is_as_large_as_the_file(tmp_path: Path
     assert [v.serial for v in LocalBackend(path).history() if v.current] == [401]
 
 
+def test_compact_folds_a_journal_of_an_eighth_of_the_file_and_keeps_the_serial(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.json"
+    backend = LocalBackend(path)
+    _fill(backend, 2000, padding=400)
+    commit(backend, lambda s: s.with_resource(entry("task.t00001", n=1)))
+    backend.compact()  # a line or two: not worth rewriting the file for
+    assert backend.journal_path.exists()
+    n = 0
+    while backend.journal_path.stat().st_size * 8 < path.stat().st_size:
+        n += 1
+        done = commit(
+            backend, lambda s, n=n: s.with_resource(entry("task.t00003", n=n, p="y" * 400))
+        )
+    before_file = parse_state(path.read_bytes(), path).serial
+    assert before_file < done.state.serial  # the newest commits are in the journal only
+    LocalBackend(path).compact()  # another process (an apply's end) compacts
+    assert not backend.journal_path.exists()
+    on_disk = parse_state(path.read_bytes(), path)
+    assert on_disk == done.state and on_disk.serial == done.state.serial
+    assert backend.read().state == done.state  # a reader that had replayed the journal
+    after = commit(backend, lambda s: s.with_resource(entry("task.t00002", n=2)))
+    assert after.state.serial == done.state.serial + 1
+    assert LocalBackend(path).read().state == after.state
+
+
 def test_a_torn_last_line_is_ignored_and_cut_off_by_the_next_commit(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     backend = LocalBackend(path)

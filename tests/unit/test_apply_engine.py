@@ -23,7 +23,16 @@ from dstack_plan.apply.report import ApplyReport, ResultStatus, describe_error
 from dstack_plan.clock import FakeClock
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.model import DEPOSED_KEY, Action, Plan, ResourceChange
-from dstack_plan.state import LocalBackend, ResourceState, State, commit, timestamp
+from dstack_plan.state import (
+    LocalBackend,
+    ResourceState,
+    State,
+    commit,
+    local,
+    parse_state,
+    timestamp,
+)
+from dstack_plan.state.local import JOURNAL_ENV
 
 T = TypeVar("T")
 pytestmark = pytest.mark.timeout(60)
@@ -346,6 +355,24 @@ def test_state_is_committed_after_every_resource(backend: LocalBackend) -> None:
     assert not final["task.c"].tainted and final["task.c"].status == "running"
     assert final["task.c"].depends_on == ("task.b",)
     assert final["task.c"].spec == {"name": "c", "version": 1}
+
+
+def test_an_apply_folds_the_journal_its_commits_made(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its many small commits go to the journal; the next reader finds them in the file."""
+    monkeypatch.setenv(JOURNAL_ENV, "0")
+    monkeypatch.setattr(local, "COMPACT_FROM_BYTES", 0)  # a small state's journal too
+    seed(backend, *(existing(f"task.old{i}") for i in range(20)))
+    provider = FakeProvider()
+    journaled: list[bool] = []
+    provider.on_call = lambda op, address: journaled.append(backend.journal_path.exists())
+    plan = make_plan(*(change(f"task.t{i}") for i in range(10)))
+    apply(plan, backend, provider, parallelism=2)
+    assert any(journaled)  # commits during the apply went to the journal
+    assert not backend.journal_path.exists()
+    on_disk = parse_state(Path(backend.location).read_bytes(), Path(backend.location))
+    assert on_disk == backend.read().state and len(on_disk.resources) == 30
 
 
 def test_intent_is_tainted_while_the_create_runs_and_cleared_after(

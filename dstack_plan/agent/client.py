@@ -151,7 +151,8 @@ class AgentClient:
         return cls(info.url, token, **kwargs)
 
     async def aclose(self) -> None:
-        """Nothing stays open between requests; kept so callers can close any client."""
+        """Close the connections kept open between requests."""
+        await self._http.aclose()
 
     async def __aenter__(self) -> AgentClient:
         return self

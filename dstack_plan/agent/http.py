@@ -3,8 +3,12 @@
 h11 speaks the protocol; the bytes travel over whatever `connect` opens: a TCP connection to
 the local agent, or a channel of an SSH connection to a remote one (asyncssh's
 `open_connection` gives the same reader/writer pair), so no local port has to be forwarded.
-Each request opens its own connection and closes it (`Connection: close`): the agent is near
-(loopback or one SSH channel away) and the API is a few calls per command.
+A connection whose exchange ended cleanly is kept for the next request (HTTP/1.1 keep-alive,
+a few per client, for `KEEP_IDLE_SECONDS`): an apply of thousands of runs, or a watch tick
+asking a hundred agents, would otherwise open a TCP connection or an SSH channel, and the
+agent a thread, for every request. A kept connection the agent has closed meanwhile fails
+before any answer arrives; the request is then sent once more on a new one (every agent call
+is safe to repeat: a submit is idempotent per job id).
 
 (httpx did this job first. With httpcore, anyio and their TLS setup, which a loopback or SSH
 hop never needs, it cost about 100 ms of every CLI start.)
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,6 +27,11 @@ from typing import Any, Protocol
 import h11
 
 READ_SIZE = 64 * 1024
+KEEP_IDLE = 8
+"""Connections a client keeps open between requests."""
+KEEP_IDLE_SECONDS = 20.0
+"""How long a kept connection may wait for its next request: well under the agent's own
+idle limit (60 s), so that the agent seldom closes one as it is being reused."""
 
 
 class Reader(Protocol):
@@ -50,6 +60,11 @@ def tcp(host: str, port: int) -> Connector:
 
 class TransportError(Exception):
     """No complete answer: the connection failed, timed out, or broke off mid-message."""
+
+
+class ConnectionLost(TransportError):
+    """The connection was closed or reset (not timed out): on a kept connection, before any
+    answer, the agent closed it while idle and never read the request."""
 
 
 @dataclass
@@ -101,6 +116,13 @@ class HttpClient:
         self._host = host
         self._headers = headers
         self.timeout = timeout
+        self._idle: list[_Exchange] = []
+
+    async def aclose(self) -> None:
+        """Close the connections kept for later requests."""
+        idle, self._idle = self._idle, []
+        for exchange in idle:
+            await exchange.close()
 
     async def request(
         self,
@@ -132,21 +154,44 @@ class HttpClient:
         """Send one request; the body is read inside the block. `timeout` bounds connecting,
         sending and the response head; `read_timeout` each wait for more of the body."""
         wait = self.timeout if timeout is None else timeout
-        exchange = _Exchange()
+        request = self._request(method, target, content, headers)
+        exchange = self._kept()
         try:
-            await exchange.open(self._connect, wait)
-            await exchange.send(self._request(method, target, content, headers), content, wait)
-            head = await exchange.next_event(wait)
-            while isinstance(head, h11.InformationalResponse):  # a 1xx before the answer
-                head = await exchange.next_event(wait)
+            if exchange is not None:
+                try:
+                    head = await exchange.ask(request, content, wait)
+                except ConnectionLost:  # the agent closed it meanwhile: once more, anew
+                    await exchange.close()
+                    exchange = None
+            if exchange is None:
+                exchange = _Exchange()
+                await exchange.open(self._connect, wait)
+                head = await exchange.ask(request, content, wait)
             yield StreamingResponse(head, exchange, wait if read_timeout is None else read_timeout)
         finally:
-            await exchange.close()
+            if exchange is not None:
+                if len(self._idle) < KEEP_IDLE and exchange.reusable():
+                    self._idle.append(exchange)
+                else:
+                    await exchange.close()
+
+    def _kept(self) -> _Exchange | None:
+        """A kept connection of this event loop, still fresh; None when there is none."""
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        while self._idle:
+            exchange = self._idle.pop()
+            if exchange.loop is loop and now - exchange.idle_since < KEEP_IDLE_SECONDS:
+                return exchange
+            if exchange.loop is loop:
+                exchange.close_soon()
+            # one of a loop that has ended is dropped: its transport went with that loop
+        return None
 
     def _request(
         self, method: str, target: str, content: bytes | None, extra: dict[str, str] | None
     ) -> h11.Request:
-        headers = [("Host", self._host), ("Connection", "close"), *self._headers.items()]
+        headers = [("Host", self._host), *self._headers.items()]
         headers.extend((extra or {}).items())
         if content is not None:
             headers.append(("Content-Length", str(len(content))))
@@ -154,15 +199,28 @@ class HttpClient:
 
 
 class _Exchange:
-    """One connection carrying one request and its response."""
+    """One connection carrying requests and their responses, one after the other."""
 
     def __init__(self) -> None:
         self._protocol = h11.Connection(h11.CLIENT)
         self._reader: Reader | None = None
         self._writer: Writer | None = None
+        self.loop = asyncio.get_running_loop()
+        self.idle_since = 0.0
+        self._answered = False
+        """Whether any byte of the current response has arrived."""
 
     async def open(self, connect: Connector, timeout: float) -> None:
         self._reader, self._writer = await self._guard(connect(), timeout, "connecting")
+
+    async def ask(self, request: h11.Request, content: bytes | None, timeout: float) -> Any:
+        """Send `request` and read the head of its response."""
+        self._answered = False
+        await self.send(request, content, timeout)
+        head = await self.next_event(timeout)
+        while isinstance(head, h11.InformationalResponse):  # a 1xx before the answer
+            head = await self.next_event(timeout)
+        return head
 
     async def send(self, request: h11.Request, content: bytes | None, timeout: float) -> None:
         assert self._writer is not None
@@ -170,8 +228,29 @@ class _Exchange:
         if content:
             data += self._protocol.send(h11.Data(data=content)) or b""
         data += self._protocol.send(h11.EndOfMessage()) or b""
-        self._writer.write(data)
+        try:
+            self._writer.write(data)
+        except Exception as err:  # noqa: BLE001 - a closed TCP stream or SSH channel
+            raise ConnectionLost(f"{type(err).__name__}: {err}") from None
         await self._guard(self._writer.drain(), timeout, "sending the request")
+
+    def reusable(self) -> bool:
+        """The exchange ended cleanly and both sides keep the connection: ready for the next
+        request (made so here)."""
+        if self._writer is None or self._protocol.states != {
+            h11.CLIENT: h11.DONE,
+            h11.SERVER: h11.DONE,
+        }:
+            return False
+        self._protocol.start_next_cycle()
+        self.idle_since = time.monotonic()
+        return True
+
+    def close_soon(self) -> None:
+        """Close without waiting for the other side to see it."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
 
     async def next_event(self, timeout: float) -> Any:
         """The next response event (head, data, end), reading from the wire as needed."""
@@ -180,12 +259,18 @@ class _Exchange:
             try:
                 event = self._protocol.next_event()
             except h11.RemoteProtocolError as err:
+                if not self._answered:
+                    # closed before a byte of the answer (h11 calls that a protocol error)
+                    raise ConnectionLost(
+                        "the agent closed the connection without an answer"
+                    ) from None
                 raise TransportError(f"the agent's answer broke off: {err}") from None
             if event is not h11.NEED_DATA:
                 if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
-                    raise TransportError("the agent closed the connection without an answer")
+                    raise ConnectionLost("the agent closed the connection without an answer")
                 return event
             data = await self._guard(self._reader.read(READ_SIZE), timeout, "waiting for data")
+            self._answered = self._answered or bool(data)
             self._protocol.receive_data(data)  # b"" tells h11 the peer closed
 
     async def close(self) -> None:
@@ -215,7 +300,9 @@ class _Exchange:
             return task.result()
         except asyncio.TimeoutError:
             raise TransportError(f"timed out after {timeout:g}s {doing}") from None
-        except (OSError, EOFError) as err:
+        except (ConnectionError, EOFError) as err:
+            raise ConnectionLost(f"{type(err).__name__}: {err}") from None
+        except OSError as err:
             raise TransportError(f"{type(err).__name__}: {err}") from None
 
 

@@ -195,7 +195,8 @@ async def test_client_over_a_custom_connection(agent: AgentProcess) -> None:
     with pytest.raises(AgentError) as e:
         await client.get_job("ghost")
     assert e.value.host == "gpu-host-1" and e.value.status == 404
-    assert opened == ["channel", "channel"]
+    assert opened == ["channel"]  # kept open for the second request
+    await client.aclose()
 
 
 def agent_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:

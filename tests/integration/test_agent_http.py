@@ -24,6 +24,7 @@ async def server(handler: Handler) -> AsyncIterator[HttpClient]:
     try:
         yield client
     finally:
+        await client.aclose()
         srv.close()
         await srv.wait_closed()
 
@@ -50,8 +51,9 @@ async def test_request_and_json_answer() -> None:
     assert response.json() == {"ok": True}
     request = seen[0]
     assert request.startswith(b"POST /jobs?x=1%202 HTTP/1.1\r\n")
-    for header in (b"host: 127.0.0.1:", b"connection: close", b"x-token: t"):
+    for header in (b"host: 127.0.0.1:", b"x-token: t"):
         assert header in request.lower()
+    assert b"connection: close" not in request.lower()  # kept for the next request
     assert request.endswith(b'\r\n\r\n{"a": 1}')
 
 
@@ -121,3 +123,71 @@ async def test_nobody_listening_is_a_transport_error() -> None:
     client = HttpClient(tcp("127.0.0.1", port), host="h", headers={}, timeout=2)
     with pytest.raises(TransportError, match="ConnectionRefusedError"):
         await client.request("GET", "/health")
+
+
+async def _answer_each(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seen: list[bytes], limit: int
+) -> None:
+    """Answer up to `limit` requests on this connection (each `200` with its path), then
+    close it."""
+    for _ in range(limit):
+        try:
+            head = await read_head(reader)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            break
+        seen.append(head)
+        path = head.split(b" ")[1]
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(path), path))
+        await writer.drain()
+    writer.close()
+
+
+async def test_one_connection_carries_request_after_request() -> None:
+    connections: list[int] = []
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        await _answer_each(reader, writer, seen, 100)
+
+    async with server(handler) as client:
+        answers = [(await client.request("GET", f"/r{i}")).text for i in range(5)]
+    assert answers == [f"/r{i}" for i in range(5)]
+    assert len(connections) == 1 and len(seen) == 5
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced_unseen() -> None:
+    """The agent closes idle connections: the next request goes on a new one, once."""
+    connections: list[int] = []
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        await _answer_each(reader, writer, seen, 1)  # then closes, as an idle timeout does
+
+    async with server(handler) as client:
+        first = await client.request("GET", "/first")
+        await asyncio.sleep(0.05)  # the server's close arrives while the connection is kept
+        second = await client.request("POST", "/second", content=b"x")
+    assert (first.text, second.text) == ("/first", "/second")
+    assert len(connections) == 2
+    assert [h.split(b" ")[1] for h in seen] == [b"/first", b"/second"]  # each sent once
+
+
+async def test_a_kept_connection_that_times_out_is_not_asked_again() -> None:
+    """Silence is no closed connection: the agent may be working on the request, which is
+    not sent a second time."""
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await read_head(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n/first")
+        await writer.drain()
+        seen.append(await read_head(reader))  # the second request, never answered
+        await asyncio.sleep(30)
+
+    async with server(handler) as client:
+        await client.request("GET", "/first")
+        with pytest.raises(TransportError, match="timed out"):
+            await client.request("GET", "/slow", timeout=0.3)
+    assert [h.split(b" ")[1] for h in seen] == [b"/first", b"/slow"]

@@ -232,7 +232,7 @@ class _Exchange:
             self._writer.write(data)
         except Exception as err:  # noqa: BLE001 - a closed TCP stream or SSH channel
             raise ConnectionLost(f"{type(err).__name__}: {err}") from None
-        await self._guard(self._writer.drain(), timeout, "sending the request")
+        await self._on_stream(self._writer.drain(), timeout, "sending the request")
 
     def reusable(self) -> bool:
         """The exchange ended cleanly and both sides keep the connection: ready for the next
@@ -269,7 +269,7 @@ class _Exchange:
                 if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
                     raise ConnectionLost("the agent closed the connection without an answer")
                 return event
-            data = await self._guard(self._reader.read(READ_SIZE), timeout, "waiting for data")
+            data = await self._on_stream(self._reader.read(READ_SIZE), timeout, "waiting for data")
             self._answered = self._answered or bool(data)
             self._protocol.receive_data(data)  # b"" tells h11 the peer closed
 
@@ -282,6 +282,18 @@ class _Exchange:
             await asyncio.wait_for(writer.wait_closed(), 1.0)
         except (OSError, asyncio.TimeoutError):
             pass  # the answer is complete (or already failed); a slow close changes nothing
+
+    @classmethod
+    async def _on_stream(cls, step: Awaitable[Any], timeout: float, doing: str) -> Any:
+        """`_guard` for a read or write of the open stream: whatever else it raises (an SSH
+        channel raises its library's own errors when its connection is lost) means the
+        connection is gone."""
+        try:
+            return await cls._guard(step, timeout, doing)
+        except TransportError:
+            raise
+        except Exception as err:  # noqa: BLE001 - asyncssh's, which this module cannot name
+            raise ConnectionLost(f"{type(err).__name__}: {err}") from None
 
     @staticmethod
     async def _guard(step: Awaitable[Any], timeout: float, doing: str) -> Any:

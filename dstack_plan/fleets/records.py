@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dstack_plan.providers.base import MachineResources
 from dstack_plan.scheduler.bandwidth import LinkMatrix
+from dstack_plan.state.identity_memo import IdentityMemo
 from dstack_plan.state.model import ResourceState
 
 
@@ -161,7 +162,13 @@ class FleetRecord(BaseModel):
 
     @classmethod
     def of(cls, entry: ResourceState) -> FleetRecord:
-        """The record in `entry`'s attributes; hosts that do not read are left out."""
+        """The record in `entry`'s attributes; hosts that do not read are left out. Parsed
+        once per entry (entries are immutable): a watch tick asks for a fleet of a hundred
+        hosts dozens of times."""
+        return _PARSED.get_or_make(entry, cls._parse)
+
+    @classmethod
+    def _parse(cls, entry: ResourceState) -> FleetRecord:
         hosts = []
         listed = entry.attributes.get("hosts")
         for raw in listed if isinstance(listed, list) else []:
@@ -237,3 +244,7 @@ def fleet_ssh_config(spec: Mapping[str, Any], address: str) -> tuple[str, SSHCon
     if fleet.ssh_config is None:
         raise ProviderError(SSH, "the fleet has no ssh_config", address)
     return address.split(".", 1)[1], fleet.ssh_config
+
+
+_PARSED: IdentityMemo[ResourceState, FleetRecord] = IdentityMemo()
+"""`FleetRecord.of`'s parsed records, by entry."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import ChainMap
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -313,14 +312,12 @@ class RunHandler(ResourceHandler):
         found: dict[str, Refreshed] = {}
         for current in currents:
             record = RunRecord.of(current)
-            # the listings themselves, not a merged copy: a host's holds every job on it
-            # (10,000 on one machine), and copying it for each of its runs was quadratic
-            asked = [
-                listings[(record.fleet, _machine_key(record.fleet, host))]
+            asked = {
+                host: listings[(record.fleet, _machine_key(record.fleet, host))]
                 for host in sorted(_hosts(record))
-            ]
-            unreachable = None in asked
-            known = ChainMap(*(listing for listing in asked if listing is not None))
+            }
+            unreachable = None in asked.values()
+            known = _listed(record, asked)
             if not record.jobs or unreachable:
                 found[current.address] = Refreshed(current.status, dict(current.attributes))
             else:
@@ -647,6 +644,24 @@ def _machine_key(fleet: str, host: str) -> str:
 
 def _hosts(record: RunRecord) -> set[str]:
     return {j.host for j in record.jobs}
+
+
+def _listed(
+    record: RunRecord, listings: Mapping[str, Mapping[str, JobInfo] | None]
+) -> dict[str, JobInfo]:
+    """What the listings of the run's hosts (by host) say of its jobs, by id: each looked up
+    where it runs, and in its other hosts' only when not there. Never a merged copy of the
+    listings: a host's holds every job on it (10,000 on one machine), and a copy per run was
+    quadratic."""
+    found: dict[str, JobInfo] = {}
+    for job in record.jobs:
+        there = listings.get(job.host)
+        info = there.get(job.id) if there is not None else None
+        if info is None:
+            info = next((o[job.id] for o in listings.values() if o and job.id in o), None)
+        if info is not None:
+            found[job.id] = info
+    return found
 
 
 def _job_record(job: Submitted, gpus: Mapping[tuple[int, int], float]) -> JobRecord:

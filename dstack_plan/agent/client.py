@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 3
 FOLLOW_IDLE_TIMEOUT = 30
 UPLOAD_BYTES_PER_SECOND = 1024 * 1024
+JOB_WAIT_STEP = 10
+"""Seconds `wait` asks the agent to hold one answer until the job ends."""
 STOP_MARGIN = 15.0
 """Seconds past a job's stop window that `drain` waits for it to end."""
 
@@ -126,6 +129,7 @@ class AgentClient:
         self.retries = retries
         self.retry_delay = retry_delay
         self._clock = clock or SystemClock()
+        self._real_clock = isinstance(self._clock, SystemClock)
         address = urlsplit(self.base_url)
         if connect is None:
             if address.scheme != "http" or not address.hostname:
@@ -276,9 +280,19 @@ class AgentClient:
         response = await self._request("GET", "/jobs", params=params)
         return [JobInfo.model_validate(j) for j in response.json()["jobs"]]
 
-    async def get_job(self, job_id: str) -> JobInfo:
-        """One job."""
-        return JobInfo.model_validate((await self._request("GET", self._job_path(job_id))).json())
+    async def get_job(self, job_id: str, wait: int = 0) -> JobInfo:
+        """One job; with `wait`, the agent answers once it has finished or after `wait`
+        seconds (an agent older than that answers at once)."""
+        if wait <= 0:
+            response = await self._request("GET", self._job_path(job_id))
+        else:
+            response = await self._request(
+                "GET",
+                self._job_path(job_id),
+                params={"wait": str(wait)},
+                timeout=self.timeout + wait,
+            )
+        return JobInfo.model_validate(response.json())
 
     async def stop(
         self,
@@ -431,14 +445,21 @@ class AgentClient:
         """Poll until the job has finished; AgentError if it has not within `timeout` s."""
         deadline = self._clock.now() + timeout
         while True:
-            info = await self.get_job(job_id)
+            asked = self._clock.now()
+            # the agent holds its answer until the job ends (up to `JOB_WAIT_STEP` s); one
+            # that answers at once (older) is asked again every `poll_interval`
+            left = max(0.0, deadline - asked)
+            # (a clock of a test's making cannot shorten the agent's real wait: polled)
+            hold = min(JOB_WAIT_STEP, math.ceil(left)) if self._real_clock else 0
+            info = await self.get_job(job_id, wait=hold)
             if info.finished:
                 return info
             if self._clock.now() >= deadline:
                 raise AgentError(
                     self.host, f"job {job_id} still {info.status.value} after {timeout:g}s"
                 )
-            await self._clock.sleep(poll_interval)
+            if self._clock.now() - asked < poll_interval:
+                await self._clock.sleep(poll_interval)
 
     async def drain(self, jobs: Sequence[JobInfo]) -> None:
         """Stop `jobs` gracefully, each within its own stop window, and wait until they have

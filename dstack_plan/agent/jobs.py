@@ -406,11 +406,14 @@ class JobManager:
                 and (run_name is None or j.spec.run_name == run_name)
             ]
 
-    def info(self, job_id: str) -> dict[str, Any]:
-        """Info of one job."""
+    def info(self, job_id: str, wait: float = 0.0) -> dict[str, Any]:
+        """Info of one job; with `wait`, once it has finished or after that many seconds,
+        whichever comes first (a caller waiting for a stop asks once, not every 100 ms)."""
         job = self.get(job_id)
         self._note_sessions([job])
         with self._lock:
+            if wait > 0:
+                self._changed.wait_for(lambda: job.finished, wait)
             return job.info()
 
     def _note_sessions(self, jobs: Iterable[Job]) -> None:

@@ -104,6 +104,10 @@ class AgentServer(ThreadingHTTPServer):
             )
 
 
+MAX_JOB_WAIT = 30
+"""Seconds `GET /jobs/{id}?wait=S` may hold its answer for the job to finish."""
+
+
 def _query_int(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
     values = query.get(name)
     if not values:
@@ -331,7 +335,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, {"jobs": self.app.jobs.list(status, run_name)})
 
     def api_get_job(self, query: dict[str, list[str]], job_id: str) -> None:
-        self._send_json(200, self.app.jobs.info(job_id))
+        wait = min(_query_int(query, "wait", 0, 0, 86400), MAX_JOB_WAIT)  # held at most that
+        self._send_json(200, self.app.jobs.info(job_id, wait=wait))
 
     def api_delete_job(self, query: dict[str, list[str]], job_id: str) -> None:
         self.app.jobs.delete(job_id, force=_query_flag(query, "force"))

@@ -254,10 +254,10 @@ class LocalAgentClient(DeferredAgentClient):
             return []
         return await super().list_jobs(status, run_name)
 
-    async def get_job(self, job_id: str) -> JobInfo:
+    async def get_job(self, job_id: str, wait: int = 0) -> JobInfo:
         if await self._idle():  # what the agent answers for a job it does not know
             raise AgentError(self.host, f"no job with id {job_id!r}", 404)
-        return await super().get_job(job_id)
+        return await super().get_job(job_id, wait)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Response:
         agent = await self._connected()

@@ -163,6 +163,23 @@ async def test_stop_is_graceful_for_a_cooperative_job(agent: AgentProcess) -> No
     assert info.exit_code == 128 + 15
 
 
+async def test_a_wait_for_a_job_is_answered_when_it_ends(
+    agent: AgentProcess, tmp_path: Path
+) -> None:
+    """`GET /jobs/{id}?wait=S` holds its answer until the job has finished (a destroy asks
+    once per job rather than every 100 ms); without `wait` the answer is at once."""
+    client = agent.client()
+    flag = tmp_path / "go"
+    await client.submit(spec("held", f"while [ ! -e {flag} ]; do sleep 0.05; done"))
+    assert not (await client.get_job("held")).finished
+    answer = asyncio.ensure_future(client.get_job("held", wait=int(NET)))
+    await asyncio.sleep(0.3)
+    assert not answer.done()  # held while the job runs
+    flag.touch()
+    info = await asyncio.wait_for(answer, NET)
+    assert info.finished and info.status.value == "done"
+
+
 async def test_a_stop_carries_the_controllers_reason(agent: AgentProcess) -> None:
     client = agent.client()
     await client.submit(spec("idle", "echo ready", "sleep 60"))

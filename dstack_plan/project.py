@@ -455,8 +455,6 @@ class Project:
     def _refuse_unusable_gateways(self, plan: Plan) -> None:
         """PlanError naming each service the plan starts on another project's gateway that
         this project cannot use (`gateways/served.py`)."""
-        if not any(c.kind == "service" and c.action is not Action.NOOP for c in plan.changes):
-            return  # nothing to check, and its module (about 0.1 s of imports) not loaded
         from dstack_plan.gateways.served import imported_gateway_problems
 
         problems = imported_gateway_problems(plan, self.name, self.imports)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dstack_plan.state.identity_memo import IdentityMemo
@@ -30,14 +29,11 @@ class _Derivable(Protocol):
     def resources(self) -> Mapping[str, Any]: ...
 
 
-@dataclass(frozen=True, eq=False)
-class _Steps:
-    """For each ancestor (nearest first), the addresses touched since it."""
-
-    steps: tuple[tuple[weakref.ReferenceType[_Derivable], frozenset[str]], ...]
+Steps = tuple[tuple["weakref.ReferenceType[_Derivable]", frozenset[str]], ...]
+"""For each ancestor (nearest first), the addresses touched since it."""
 
 
-_RECORDS: IdentityMemo[Mapping[str, Any], _Steps] = IdentityMemo()
+_RECORDS: IdentityMemo[Mapping[str, Any], Steps] = IdentityMemo()
 """By the resources dict a step made, for as long as the state made with it lives: the
 states that share it (copies that changed only the serial, as a backend's write makes) share
 its record."""
@@ -47,11 +43,10 @@ def record(state: _Derivable, parent: _Derivable, address: str) -> None:
     """Remember that `state` (holding a resources dict of its own) was made from `parent`
     by adding, replacing or removing the entry at `address`."""
     touched = frozenset((address,))
-    earlier = _RECORDS.get(parent.resources)
-    inherited = earlier.steps[: MAX_STEPS - 1] if earlier is not None else ()
+    inherited = (_RECORDS.get(parent.resources) or ())[: MAX_STEPS - 1]
     steps = ((weakref.ref(parent), touched), *((ref, seen | touched) for ref, seen in inherited))
     # Copies sharing the dict may outlive `state`: they are then compared in full.
-    _RECORDS.put(state.resources, _Steps(steps), owner=state)
+    _RECORDS.put(state.resources, steps, owner=state)
 
 
 def touched_since(state: _Derivable, ancestor: _Derivable) -> frozenset[str] | None:
@@ -64,7 +59,7 @@ def touched_since(state: _Derivable, ancestor: _Derivable) -> frozenset[str] | N
     found = _RECORDS.get(state.resources)
     if found is None:
         return None
-    for ref, touched in found.steps:
+    for ref, touched in found:
         earlier = ref()
         if earlier is not None and earlier.resources is ancestor.resources:
             return touched

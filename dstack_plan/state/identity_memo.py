@@ -1,7 +1,8 @@
 """Values worked out from an immutable object, remembered while that object lives.
 
-State entries and states are immutable, and a watch tick or a plan works the same things out
-of them many times over (a run's parsed record: a hundred jobs each). Neither is hashable (a
+State entries and states are immutable, and some things are worked out of them many times
+over (a fleet's parsed record of a hundred hosts, asked for dozens of times a watch tick) or
+belong beside them (how a state was made: `state/derivation.py`). Neither is hashable (a
 pydantic model holding dicts) nor should its equality, which compares every field, be paid
 for a lookup: the memo goes by identity, and forgets an object as it is collected, before
 its id can be another object's.
@@ -41,6 +42,3 @@ class IdentityMemo(Generic[K, V]):
         """The value remembered for `key`, made by `make(key)` the first time."""
         found = self._values.get(id(key))
         return found if found is not None else self.put(key, make(key))
-
-    def __len__(self) -> int:
-        return len(self._values)

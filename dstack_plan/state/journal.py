@@ -68,7 +68,7 @@ def change_of(old: State, new: State) -> JournalRecord:
     before, after = old.resources, new.resources
     touched = new.touched_since(old)
     if touched is not None:  # made from `old` step by step: only those steps' entries
-        put = {a: after[a] for a in sorted(touched) if a in after and before.get(a) != after[a]}
+        put = {a: after[a] for a in touched if a in after and before.get(a) != after[a]}
         removed = tuple(sorted(a for a in touched if a in before and a not in after))
     else:
         # the entries that are not the same objects, found at C speed (a state holds

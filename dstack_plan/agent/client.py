@@ -13,9 +13,9 @@ import base64
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import quote, urlencode, urlsplit
 
 from pydantic import SecretStr
@@ -61,6 +61,10 @@ JOB_WAIT_STEP = 10
 """Seconds `wait` asks the agent to hold one answer until the job ends."""
 STOP_MARGIN = 15.0
 """Seconds past a job's stop window that `drain` waits for it to end."""
+KEPT_ANSWERS = 16
+"""Answers a client keeps to ask again conditionally (`_current`); the oldest goes first."""
+
+T = TypeVar("T")
 
 
 def health_wait(age: float | None, start_wait: float) -> float:
@@ -103,6 +107,10 @@ def _target(path: str, params: dict[str, Any] | None) -> str:
     return f"{path}?{urlencode(params)}" if params else path
 
 
+def _job_infos(response: Response) -> tuple[JobInfo, ...]:
+    return tuple(JobInfo.model_validate(j) for j in response.json()["jobs"])
+
+
 def _header(response: StreamingResponse, name: str, default: int) -> str | int:
     return response.headers.get(name.lower(), default)
 
@@ -141,6 +149,8 @@ class AgentClient:
             headers={"Authorization": f"Bearer {secret}"},
             timeout=timeout,
         )
+        self._kept: dict[str, tuple[str, Any]] = {}
+        """GET target -> (its ETag, what its body parsed to), for `_current`."""
 
     @classmethod
     def from_data_dir(cls, data_dir: Path | str, **kwargs: Any) -> AgentClient:
@@ -179,14 +189,14 @@ class AgentClient:
         timeout: float | None = None,
         content: bytes | None = None,
         content_type: str = "application/octet-stream",
+        headers: dict[str, str] | None = None,
     ) -> Response:
         """One API call: `body` is sent as JSON, or `content` as raw bytes."""
-        headers = None
         if body is not None:
             content = json.dumps(body).encode()
-            headers = {"Content-Type": "application/json"}
+            headers = {**(headers or {}), "Content-Type": "application/json"}
         elif content is not None:
-            headers = {"Content-Type": content_type}
+            headers = {**(headers or {}), "Content-Type": content_type}
         for attempt in range(self.retries + 1):
             try:
                 response = await self._http.request(
@@ -213,6 +223,29 @@ class AgentClient:
                 )
             return response
         raise AssertionError("unreachable")
+
+    async def _current(
+        self, path: str, parse: Callable[[Response], T], params: dict[str, Any] | None = None
+    ) -> T:
+        """GET `path` and `parse` its body; when the agent answers 304 (it is the body this
+        client parsed last time: `If-None-Match` with its ETag), what that parsed to. A
+        watch asks every agent the same questions each tick, mostly to the same answers:
+        the body is neither sent again nor parsed again. Agents that predate ETags answer
+        in full every time."""
+        target = _target(path, params)
+        kept = self._kept.pop(target, None)
+        headers = {"If-None-Match": kept[0]} if kept is not None else None
+        response = await self._request("GET", path, params=params, headers=headers)
+        if response.status_code == 304 and kept is not None:
+            value = cast(T, kept[1])
+        else:
+            value = parse(response)
+        tag = response.headers.get("etag")
+        if tag is not None:
+            self._kept[target] = (tag, value)
+            if len(self._kept) > KEPT_ANSWERS:
+                del self._kept[next(iter(self._kept))]
+        return value
 
     @staticmethod
     def _job_path(job_id: str) -> str:
@@ -277,8 +310,8 @@ class AgentClient:
             params["status"] = JobStatus(status).value
         if run_name is not None:
             params["run_name"] = run_name
-        response = await self._request("GET", "/jobs", params=params)
-        return [JobInfo.model_validate(j) for j in response.json()["jobs"]]
+        jobs = await self._current("/jobs", _job_infos, params)
+        return list(jobs)
 
     async def get_job(self, job_id: str, wait: int = 0) -> JobInfo:
         """One job; with `wait`, the agent answers once it has finished or after `wait`

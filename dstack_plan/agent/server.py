@@ -9,6 +9,7 @@ were left out.
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import json
 import logging
@@ -301,7 +302,8 @@ class Handler(BaseHTTPRequestHandler):
     ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        if status != 304:  # a 304's length would be that of the body it stands for
+            self.send_header("Content-Length", str(len(body)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
@@ -309,6 +311,17 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(data).encode(), "application/json", headers)
+
+    def _send_current(self, body: bytes, content_type: str) -> None:
+        """A 200 answer with its ETag (a digest of `body`), or 304 without the body when the
+        client already has it (`If-None-Match`): a watch asks every agent for its jobs, host
+        facts and metrics each tick, and its jobs are mostly as they were (host facts and metrics
+        carry free memory and CPU time: they change every time, and are sent as they are)."""
+        tag = '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+        if tag in self.headers.get("If-None-Match", "").replace(" ", "").split(","):
+            self._send(304, b"", content_type, {"ETag": tag})
+        else:
+            self._send(200, body, content_type, {"ETag": tag})
 
     @property
     def app(self) -> AgentApp:
@@ -332,7 +345,8 @@ class Handler(BaseHTTPRequestHandler):
     def api_list_jobs(self, query: dict[str, list[str]]) -> None:
         status = _last(query, "status")
         run_name = _last(query, "run_name")
-        self._send_json(200, {"jobs": self.app.jobs.list(status, run_name)})
+        jobs = self.app.jobs.list(status, run_name)
+        self._send_current(json.dumps({"jobs": jobs}).encode(), "application/json")
 
     def api_get_job(self, query: dict[str, list[str]], job_id: str) -> None:
         wait = min(_query_int(query, "wait", 0, 0, 86400), MAX_JOB_WAIT)  # held at most that

@@ -23,6 +23,7 @@ from dstack_plan.agent.datadir import DataDir
 from dstack_plan.agent.liveness import read_pid
 from dstack_plan.errors import AgentError
 from tests.conftest import REPO_ROOT
+from tests.infra.agent_helpers import wait_for_status
 from tests.infra.agent_process import AgentProcess
 from tests.infra.recording_clock import RecordingClock
 
@@ -334,3 +335,34 @@ async def test_the_agent_logs_json_lines_when_asked(tmp_path: Path) -> None:
     entries = [json.loads(line) for line in lines]
     messages = [e["message"] for e in entries if e["logger"].startswith("dstack_plan.agent")]
     assert any("serving" in m for m in messages) and any("stopped" in m for m in messages)
+
+
+async def test_a_job_listing_the_client_has_is_not_sent_again(agent: AgentProcess) -> None:
+    # A watch lists every agent's jobs each tick: an unchanged listing is answered 304 (its
+    # ETag is a digest of the body), and the client reuses what it parsed from the last one.
+    async with raw(agent) as http:
+        first = await http.get("/jobs")
+        tag = first.headers["ETag"]
+        assert first.status_code == 200 and first.json() == {"jobs": []}
+        again = await http.get("/jobs", headers={"If-None-Match": tag})
+        assert again.status_code == 304 and again.content == b""
+        assert again.headers["ETag"] == tag
+        other = await http.get("/jobs", headers={"If-None-Match": '"something-else"'})
+        assert other.status_code == 200 and other.headers["ETag"] == tag
+
+    client = agent.client()
+    await client.submit(JobSpec(id="lj1", run_name="r", commands=["sleep 30"]))
+    await wait_for_status(client, "lj1", ("running",), timeout=60)
+    listed = await client.list_jobs()
+    assert [j.id for j in listed] == ["lj1"]
+    async with raw(agent) as http:  # the listing changed: the old ETag gets the new body
+        changed = await http.get("/jobs", headers={"If-None-Match": tag})
+        assert changed.status_code == 200 and changed.headers["ETag"] != tag
+    unchanged = await client.list_jobs()
+    assert unchanged[0] is listed[0]  # 304: not parsed again
+    await client.stop("lj1", timeout=1)
+    await client.wait("lj1", timeout=60)
+    (after,) = await client.list_jobs()
+    assert after.finished and not listed[0].finished  # a change is never served from memory
+    assert (await client.list_jobs(status="running")) == []
+    await client.aclose()

@@ -28,6 +28,10 @@ API_TIMEOUT = 60
 PROBE_TIMEOUT = 5.0
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 _RETRY_AFTER = 5.0
+PROBE_KEPT_SECONDS = 30.0
+"""How long the engine's answer to `probe` stands for host facts (as GPUs are detected at most
+every 30 s): a watch asks every host's facts each tick, and 100 agents asking one engine
+each time made each answer wait up to half a second."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -97,6 +101,8 @@ class DockerEngine:
         self._sdk_error: str | None = None
         """Why the SDK does not import here (then no container runs, whatever the engine)."""
         self._probe_failed: tuple[float, str] | None = None
+        self._probed: tuple[float, dict[str, Any] | None] | None = None
+        """(when, the facts `_probe` made of the engine's answer)."""
 
     @property
     def connected(self) -> bool:
@@ -150,25 +156,32 @@ class DockerEngine:
 
     def _probe(self) -> dict[str, Any] | None:
         """Facts from `probe`, or None when only the SDK can tell. A failure is remembered for
-        a few seconds, as `client` does; an answer is asked again each time (it is cheap)."""
+        a few seconds, as `client` does; an answer for `PROBE_KEPT_SECONDS`."""
         with self._lock:
+            now = time.monotonic()
             failed = self._probe_failed
-            if failed is not None and time.monotonic() - failed[0] < _RETRY_AFTER:
+            if failed is not None and now - failed[0] < _RETRY_AFTER:
                 return _absent(failed[1])
+            probed = self._probed
+            if probed is not None and now - probed[0] < PROBE_KEPT_SECONDS:
+                return None if probed[1] is None else dict(probed[1])
             try:
                 version = probe()
             except (OSError, ValueError) as e:
-                self._probe_failed = (time.monotonic(), f"no docker engine answers: {e}")
+                self._probed = None
+                self._probe_failed = (now, f"no docker engine answers: {e}")
                 return _absent(self._probe_failed[1])
             self._probe_failed = None
-        if version is None:
-            return None
-        return {
-            "present": True,
-            "version": version.get("Version"),
-            "api_version": version.get("ApiVersion"),
-            "error": None,
-        }
+            facts = None
+            if version is not None:
+                facts = {
+                    "present": True,
+                    "version": version.get("Version"),
+                    "api_version": version.get("ApiVersion"),
+                    "error": None,
+                }
+            self._probed = (now, facts)
+            return None if facts is None else dict(facts)
 
 
 def _sdk_installed() -> bool:

@@ -17,6 +17,7 @@ import pytest
 
 from dstack_plan.clock import FakeClock
 from dstack_plan.project import Project
+from dstack_plan.runs.usage import day_start
 from dstack_plan.state.events import EventLog
 from dstack_plan.watch.loop import Watcher
 from tests.e2e.conftest import Dstack
@@ -194,7 +195,10 @@ def test_the_owner_s_limits_bind_the_importer_at_plan_and_in_the_owner_s_watch(
 
     for name in ("HOME", "DSTACK_PLAN_SSH_AGENT_DIR", "DSTACK_PLAN_AGENT_DIR"):
         monkeypatch.setenv(name, cli_env[name])
-    clock = FakeClock(time.time() + 3600)  # an hour on: the job used about one GPU-hour
+    # an hour on: the job used about one GPU-hour today; when that hour crosses midnight
+    # (UTC, as usage counts days), an hour into the next day, so today still holds one
+    later = time.time() + 3600
+    clock = FakeClock(max(later, day_start(later) + 3600))
     owner = Project(platform, clock=clock)
     watcher = Watcher(owner, events=EventLog(owner.backend))
 

@@ -34,6 +34,7 @@ from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
 from dstack_plan.providers.ssh.forward import Forward
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.sharing.imports import Imports, is_imported
+from dstack_plan.state.identity_memo import IdentityMemo
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class FleetMachines:
             return await self._implicit_machines(fleet, implicit)
         entry = self._entry(fleet, state)
         config = ssh_config_of(entry)
-        provider = self._provider(fleet, entry, config)
+        provider = self._provider(fleet, entry)
         instances = {i.id: i for i in provider.host_instances(fleet)}
         addresses = {config.host_name(h): h.internal_ip or h.hostname for h in config.hosts}
         machines = []
@@ -217,10 +218,10 @@ class FleetMachines:
         """The provider of SSH (or booted cloud) fleet `fleet` and its host `host`, as jobs
         and gateways record it; ProviderError when the fleet has no such host."""
         entry = self._entry(fleet, state)
-        provider = self._provider(fleet, entry, ssh_config_of(entry))
-        for instance in provider.host_instances(fleet):
-            if instance.id == f"ssh:{host}":
-                return provider, instance
+        provider = self._provider(fleet, entry)
+        instance = provider.host_instance(fleet, host)
+        if instance is not None:
+            return provider, instance
         raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
 
     async def close(self) -> None:
@@ -279,23 +280,35 @@ class FleetMachines:
         agent clients) until `close`: what refreshing the fleet uses, so a long-lived process
         (watch) asks its hosts over the same connections tick after tick."""
         fleet = entry.address.split(".", 1)[1]
-        return self._provider(fleet, entry, ssh_config_of(entry))
+        return self._provider(fleet, entry)
 
-    def _provider(self, fleet: str, entry: ResourceState, config: SSHConfig) -> SSHProvider:
-        # pinned keys too: after `dstack fleet trust` a long-lived watch must connect with the
-        # new pin, not keep refusing the host with the old one
-        pins = FleetRecord.of(entry).pins()
-        key = json.dumps([config.model_dump(mode="json"), pins], sort_keys=True)
+    def _provider(self, fleet: str, entry: ResourceState) -> SSHProvider:
+        config, pins, key = _PROVIDER_KEYS.get_or_make(entry, _provider_key)
         cached = self._ssh.get(fleet)
         if cached is not None and cached[0] == key:
             return cached[1]
         if cached is not None:
             self._retired.append(cached[1])  # its connections are closed with the others
-        provider = self._make_ssh(fleet, config, MemoryHostKeyStore(pins))
+        provider = self._make_ssh(fleet, config, MemoryHostKeyStore(dict(pins)))
         # only the owner's apply puts agents on its hosts: an importer talks to those that run
         provider.start_agents = self._start_agents and not is_imported(fleet)
         self._ssh[fleet] = (key, provider)
         return provider
+
+
+def _provider_key(entry: ResourceState) -> tuple[SSHConfig, dict[str, str], str]:
+    """What an SSH provider for fleet `entry` is made of (its config and pinned host keys),
+    and those two as a key: a provider made from another key is made anew. Pinned keys too:
+    after `dstack fleet trust` a long-lived watch must connect with the new pin, not keep
+    refusing the host with the old one."""
+    config = ssh_config_of(entry)
+    pins = FleetRecord.of(entry).pins()
+    return config, pins, json.dumps([config.model_dump(mode="json"), pins], sort_keys=True)
+
+
+_PROVIDER_KEYS: IdentityMemo[ResourceState, tuple[SSHConfig, dict[str, str], str]] = IdentityMemo()
+"""`_provider_key` by fleet entry: a watch tick looks up a fleet's provider for each of its
+hosts, and parsing its spec each time made the tick quadratic in hosts."""
 
 
 def ssh_config_of(entry: ResourceState) -> SSHConfig:

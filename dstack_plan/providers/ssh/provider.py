@@ -221,6 +221,14 @@ class SSHProvider(Provider):
         `create_instances` names them: what `refresh` and `terminate` take. No I/O."""
         return [self._instance(fleet, i, t) for i, t in enumerate(self.fleets.get(fleet, []))]
 
+    def host_instance(self, fleet: str, host: str) -> Instance | None:
+        """`fleet`'s host named `host` (`SSHTarget.name`) as `host_instances` gives it; None
+        when the fleet has no such host. No I/O."""
+        for index, target in enumerate(self.fleets.get(fleet, [])):
+            if target.name == host:
+                return self._instance(fleet, index, target)
+        return None
+
     # -- helpers -----------------------------------------------------------------------------
 
     async def _release(self, conn: Connection, target: SSHTarget, release: Release) -> str | None:

@@ -383,9 +383,12 @@ class Project:
                 continue
             handler = handlers[current.kind]
             batches.setdefault(id(handler), (handler, []))[1].append(for_handler(current))
+        # side by side: each batch reads the state as it was, and waits on its own hosts
         found: dict[str, Refreshed] = {}
-        for handler, currents in batches.values():
-            found.update(await handler.refresh_many(currents, ctx))
+        for answer in await asyncio.gather(
+            *(handler.refresh_many(currents, ctx) for handler, currents in batches.values())
+        ):
+            found.update(answer)
         drift: dict[str, str] = {}
         crashed: dict[str, Crash] = {}
         short: dict[str, str] = {}

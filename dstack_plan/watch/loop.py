@@ -29,6 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from dstack_plan.config.gcpause import gc_paused
 from dstack_plan.config.kinds import RUN_KINDS
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.runs.records import RunRecord
@@ -115,6 +116,13 @@ class Watcher:
                 await asyncio.to_thread(self.lease.release)
 
     async def tick(self) -> TickReport:
+        """One tick (see the module doc). Without the cyclic GC, as a plan: the objects a
+        tick makes over 10,000 jobs made a full collection of the whole heap most ticks,
+        a third of the tick's CPU, while reference counting frees them all at its end."""
+        with gc_paused():
+            return await self._tick()
+
+    async def _tick(self) -> TickReport:
         started = self.clock.now()
         leader = (
             True if self.lease is None else await asyncio.to_thread(self.lease.acquire_or_renew)

@@ -13,8 +13,9 @@ them one task `finisher` waits for a flag file.
 Ticks: a Watcher in this process (Project + lease + event log + metrics, as `dstack watch`
 builds them; real clock) ticks every `--interval` seconds; tick 0 warms up (it opens the SSH
 connections) and is not counted. Per tick: wall time, and process CPU time
-(`time.process_time`, threads included) from its start to the next tick's start, as a share
-of one core over the interval. Targets: median tick < 1 s, CPU < 10% of one core.
+(`time.process_time`, threads included) from its start to the next tick's start, less the
+benchmark's own reading of the hosts' CPU (done right after each tick), as a share of one core
+over the interval. Targets: median tick < 1 s, CPU < 10% of one core.
 
 Takeover: two `dstack watch --interval 1s` processes on the state; the leader (the pid in
 `.dstack/watch-lease.json`) gets SIGKILL, the flag file is created at once (the finisher's

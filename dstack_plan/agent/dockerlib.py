@@ -163,25 +163,16 @@ class DockerEngine:
             if failed is not None and now - failed[0] < _RETRY_AFTER:
                 return _absent(failed[1])
             probed = self._probed
-            if probed is not None and now - probed[0] < PROBE_KEPT_SECONDS:
-                return None if probed[1] is None else dict(probed[1])
-            try:
-                version = probe()
-            except (OSError, ValueError) as e:
-                self._probed = None
-                self._probe_failed = (now, f"no docker engine answers: {e}")
-                return _absent(self._probe_failed[1])
-            self._probe_failed = None
-            facts = None
-            if version is not None:
-                facts = {
-                    "present": True,
-                    "version": version.get("Version"),
-                    "api_version": version.get("ApiVersion"),
-                    "error": None,
-                }
-            self._probed = (now, facts)
-            return None if facts is None else dict(facts)
+            if probed is None or now - probed[0] >= PROBE_KEPT_SECONDS:
+                try:
+                    version = probe()
+                except (OSError, ValueError) as e:
+                    self._probed = None
+                    self._probe_failed = (now, f"no docker engine answers: {e}")
+                    return _absent(self._probe_failed[1])
+                self._probe_failed = None
+                probed = self._probed = (now, None if version is None else _present(version))
+            return None if probed[1] is None else dict(probed[1])  # each caller its own
 
 
 def _sdk_installed() -> bool:
@@ -191,6 +182,15 @@ def _sdk_installed() -> bool:
         return importlib.util.find_spec("docker") is not None
     except (ImportError, ValueError):
         return False
+
+
+def _present(version: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "present": True,
+        "version": version.get("Version"),
+        "api_version": version.get("ApiVersion"),
+        "error": None,
+    }
 
 
 def _absent(error: str | None) -> dict[str, Any]:

@@ -125,7 +125,7 @@ class FleetMachines:
         if implicit:
             return await self._implicit_machines(fleet, implicit)
         entry = self._entry(fleet, state)
-        config = ssh_config_of(entry)
+        config = _provider_parts(entry)[0]
         provider = self._provider(fleet, entry)
         instances = {i.id: i for i in provider.host_instances(fleet)}
         addresses = {config.host_name(h): h.internal_ip or h.hostname for h in config.hosts}
@@ -283,7 +283,7 @@ class FleetMachines:
         return self._provider(fleet, entry)
 
     def _provider(self, fleet: str, entry: ResourceState) -> SSHProvider:
-        config, pins, key = _PROVIDER_KEYS.get_or_make(entry, _provider_key)
+        config, pins, key = _provider_parts(entry)
         cached = self._ssh.get(fleet)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -294,6 +294,11 @@ class FleetMachines:
         provider.start_agents = self._start_agents and not is_imported(fleet)
         self._ssh[fleet] = (key, provider)
         return provider
+
+
+def _provider_parts(entry: ResourceState) -> tuple[SSHConfig, dict[str, str], str]:
+    """`_provider_key` of `entry`, worked out once per entry."""
+    return _PROVIDER_KEYS.get_or_make(entry, _provider_key)
 
 
 def _provider_key(entry: ResourceState) -> tuple[SSHConfig, dict[str, str], str]:

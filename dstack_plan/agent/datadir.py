@@ -23,15 +23,17 @@ def default_agent_dir() -> Path:
     return Path(base) / "dstack-plan" / "agent"
 
 
-def write_json_atomic(path: Path, data: Any, mode: int = 0o600) -> None:
-    """Replace `path` with `data` so a reader (or a crash) never sees a half-written file."""
+def write_json_atomic(path: Path, data: Any, mode: int = 0o600, sync: bool = True) -> None:
+    """Replace `path` with `data` so a reader (or, with `sync`, a crash) never sees a
+    half-written file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, separators=(",", ":"))
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

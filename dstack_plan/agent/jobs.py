@@ -123,7 +123,10 @@ class JobManager:
         # A job deleted meanwhile stays deleted: a late write (its thread marking it started
         # just after a forced delete) would bring its directory back.
         if self._jobs.get(job.id) is job:
-            write_json_atomic(self._data.job_dir(job.id) / "job.json", job.record())
+            # Stopping, a record need not survive a crash: the next start fails what it finds
+            # unfinished, and thousands of fsyncs would outlast the stop's grace period.
+            durable = not self._shutting_down
+            write_json_atomic(self._data.job_dir(job.id) / "job.json", job.record(), sync=durable)
 
     def _logs(self, job_id: str) -> LogStore:
         return LogStore(self._data.job_dir(job_id) / "logs", self._log_max_bytes)
@@ -532,11 +535,16 @@ class JobManager:
         """The agent is stopping: containers keep running; processes cannot, so they end."""
         with self._lock:
             self._shutting_down = True
-            active = [j for j in self._jobs.values() if not j.finished]
+            active = [
+                j for j in self._jobs.values() if not j.finished and j.runtime == RUNTIME_PROCESS
+            ]
+        # Every process goes before any record is written: with thousands of jobs the records
+        # take longer than a stop waits before SIGKILL, and a job must not outlive the agent
+        # because its record came late (the next start fails what is left unrecorded).
         for job in active:
-            if job.runtime == RUNTIME_PROCESS:
-                self.runtimes[RUNTIME_PROCESS].shutdown(job)
-                self.finish(job, EXECUTOR_ERROR, "agent stopped while the process was running")
+            self.runtimes[RUNTIME_PROCESS].shutdown(job)
+        for job in active:
+            self.finish(job, EXECUTOR_ERROR, "agent stopped while the process was running")
 
 
 def _host_ports(spec: JobSpec) -> set[int]:

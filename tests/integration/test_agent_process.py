@@ -274,6 +274,60 @@ async def test_restart_fails_a_process_job_that_died_with_the_agent(agent: Agent
     assert not _group_alive(running.pid)
 
 
+async def test_a_stopping_agent_ends_every_process_before_recording_any(
+    agent: AgentProcess,
+) -> None:
+    """With thousands of jobs the records outlast `agent stop`'s grace period, after which
+    the agent is killed: the jobs must all be gone by the first record, not one by one."""
+    client = agent.client()
+    ids = [f"many-{i}" for i in range(60)]
+    for job_id in ids:
+        await client.submit(spec(job_id, "sleep 600"))
+    pids: list[int] = []
+    for job_id in ids:
+        for _ in range(NET_POLLS):
+            info = await client.get_job(job_id)
+            if info.pid:
+                pids.append(info.pid)
+                break
+            await asyncio.sleep(0.01)
+    assert len(pids) == len(ids)
+    assert agent.proc is not None
+    agent.proc.terminate()
+    # The agent is killed the moment one record says it ended, as a stop's SIGKILL might.
+    records = [agent.data_dir / "jobs" / job_id / "job.json" for job_id in ids]
+    recorded = False
+    for _ in range(NET_POLLS):
+        recorded = any(b"agent stopped while" in _read(r) for r in records)
+        if recorded or agent.proc.poll() is not None:
+            break
+        await asyncio.sleep(0.001)
+    agent.kill()
+    assert recorded, "the agent exited without recording a job's end"
+    assert _running_in_groups(set(pids)) == []
+
+
+def _running_in_groups(pgids: set[int]) -> list[int]:
+    """Processes of these process groups that have not exited (a killed job whose parent
+    died is a zombie until init reaps it: it counts as gone)."""
+    running = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _read(Path("/proc", entry, "stat"))
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) in pgids:
+            running.append(int(entry))
+    return running
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
 def _group_alive(pgid: int | None) -> bool:
     try:
         os.killpg(pgid, 0)

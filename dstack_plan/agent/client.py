@@ -151,6 +151,8 @@ class AgentClient:
         )
         self._kept: dict[str, tuple[str, Any]] = {}
         """GET target -> (its ETag, what its body parsed to), for `_current`."""
+        self._removes_on_stop = True
+        """Whether the agent takes `remove` with a stop (an older one refuses it: 400)."""
 
     @classmethod
     def from_data_dir(cls, data_dir: Path | str, **kwargs: Any) -> AgentClient:
@@ -345,6 +347,35 @@ class AgentClient:
             body["timeout"] = timeout
         response = await self._request("POST", self._job_path(job_id) + "/stop", body=body)
         return JobInfo.model_validate(response.json())
+
+    async def stop_and_remove(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        reason: str | None = None,
+        wait: int = JOB_WAIT_STEP,
+    ) -> tuple[JobInfo, bool]:
+        """Stop gracefully and, once the job has ended, remove it, in one request that the
+        agent holds up to `wait` seconds for the end: (how it ended, True), or (its info,
+        False) when it still runs then, or the agent predates `remove` (stopped only: `wait`
+        and `delete` are the caller's)."""
+        if not self._removes_on_stop:
+            return await self.stop(job_id, timeout=timeout, reason=reason), False
+        body: dict[str, Any] = {"remove": True, "wait": wait}
+        if reason is not None:
+            body["reason"] = reason
+        if timeout is not None:
+            body["timeout"] = timeout
+        try:
+            response = await self._request(
+                "POST", self._job_path(job_id) + "/stop", body=body, timeout=self.timeout + wait
+            )
+        except AgentError as e:
+            if e.status != 400:
+                raise
+            self._removes_on_stop = False  # the request is valid: the agent is older
+            return await self.stop(job_id, timeout=timeout, reason=reason), False
+        return JobInfo.model_validate(response.json()), response.status_code == 200
 
     async def touch(self, job_id: str) -> JobInfo:
         """Record that someone uses the job now (its `last_activity_at`, from which watch

@@ -358,8 +358,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def api_stop_job(self, query: dict[str, list[str]], job_id: str) -> None:
         body = self._json_body()
-        if not isinstance(body, dict) or set(body) - {"timeout", "abort", "reason"}:
-            raise ApiError(400, "body: expected {timeout, abort, reason}", "body")
+        fields = {"timeout", "abort", "reason", "remove", "wait"}
+        if not isinstance(body, dict) or set(body) - fields:
+            raise ApiError(400, "body: expected {timeout, abort, reason, remove, wait}", "body")
         timeout = body.get("timeout")
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -377,7 +378,19 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(
                 400, f"reason: must be one of {', '.join(STOP_REASONS)}, got {reason!r}", "reason"
             )
-        self._send_json(202, self.app.jobs.stop(job_id, timeout, abort, reason))
+        remove = body.get("remove", False)
+        if not isinstance(remove, bool) or (remove and abort):
+            raise ApiError(400, "remove: must be true or false, and not with abort", "remove")
+        if not remove:
+            self._send_json(202, self.app.jobs.stop(job_id, timeout, abort, reason))
+            return
+        # held until the job has ended (as a GET with `wait`): 200 when it is gone as well
+        wait = body.get("wait", MAX_JOB_WAIT)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
+            raise ApiError(400, f"wait: must be a number of seconds, got {wait!r}", "wait")
+        hold = min(float(wait), float(MAX_JOB_WAIT))
+        removed, info = self.app.jobs.stop_and_delete(job_id, timeout, reason, hold)
+        self._send_json(200 if removed else 202, info)
 
     def api_touch_job(self, query: dict[str, list[str]], job_id: str) -> None:
         """Someone uses the job now (`dstack attach`, `exec`): its `last_activity_at`."""

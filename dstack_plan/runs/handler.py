@@ -573,8 +573,14 @@ async def _stop_and_remove(
         async with limit:
             try:
                 # a stop answers with the job (one that ended is left as it ended): no
-                # request to ask first, which over SSH is a channel per job
-                info = await agent.stop(job_id, timeout=timeout, reason=reason)
+                # request to ask first, which over SSH is a channel per job; one removed
+                # as well needs nothing more
+                if job_id in keep:
+                    info = await agent.stop(job_id, timeout=timeout, reason=reason)
+                else:
+                    info, removed = await agent.stop_and_remove(job_id, timeout, reason)
+                    if removed:
+                        return
                 if not info.finished:
                     info = await agent.wait(job_id, timeout=timeout + STOP_WAIT_SLACK)
                 if job_id not in keep:

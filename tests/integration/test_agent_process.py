@@ -15,6 +15,7 @@ import pytest
 from pydantic import SecretStr
 
 from dstack_plan.agent.api_models import JobSpec
+from dstack_plan.agent.client import AgentClient
 from dstack_plan.errors import AgentError
 from tests.infra.agent_helpers import wait_for_log
 from tests.infra.agent_process import AgentProcess
@@ -161,6 +162,79 @@ async def test_stop_is_graceful_for_a_cooperative_job(agent: AgentProcess) -> No
     info = await client.wait("polite", timeout=NET)
     assert info.termination_reason.value == "terminated_by_user"
     assert info.exit_code == 128 + 15
+
+
+async def test_a_stop_that_removes_answers_once_the_job_is_gone(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("removed", "echo ready", "sleep 3600"))
+    await wait_for_log(client, "removed", b"ready", timeout=NET)
+    info, removed = await client.stop_and_remove("removed", timeout=3600, reason="scaled_down")
+    # one request: the job ended by SIGTERM (long before its hour) and is forgotten
+    assert removed
+    assert (info.status.value, info.termination_reason.value) == ("terminated", "scaled_down")
+    assert info.exit_code == 128 + 15
+    assert [j.id for j in await client.list_jobs()] == []
+    assert not (agent.data_dir / "jobs" / "removed").exists()
+
+
+async def test_a_stop_that_removes_leaves_a_job_still_stopping_to_the_caller(
+    agent: AgentProcess,
+) -> None:
+    client = agent.client()
+    await client.submit(spec("slow", "trap '' TERM", "echo ready", "sleep 3600"))
+    await wait_for_log(client, "slow", b"ready", timeout=NET)
+    # it ignores SIGTERM and its window is long: not held for, not removed
+    info, removed = await client.stop_and_remove("slow", timeout=3600, wait=0)
+    assert not removed
+    assert info.status.value == "terminating"
+    assert [j.id for j in await client.list_jobs()] == ["slow"]
+    await client.delete("slow", force=True)
+    with pytest.raises(AgentError) as gone:
+        await client.stop_and_remove("slow")
+    assert gone.value.status == 404
+
+
+async def test_an_agent_without_remove_is_stopped_and_asked_no_more(tmp_path: Path) -> None:
+    """An older agent refuses `remove` (400, nothing done): the job is stopped alone and
+    the client does not ask that agent again."""
+    asked: list[dict[str, Any]] = []
+
+    async def old_agent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while len(asked) < 3:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+            body = json.loads(await reader.readexactly(length))
+            asked.append(body)
+            if set(body) - {"timeout", "abort", "reason"}:
+                status, answer = b"400 Bad Request", {"error": "body: expected", "field": "body"}
+            else:
+                status, answer = b"202 Accepted", {**_OLD_JOB, "status": "terminating"}
+            data = json.dumps(answer).encode()
+            writer.write(
+                b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(old_agent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = AgentClient(f"http://127.0.0.1:{port}", "token", retries=0)
+    try:
+        for _ in range(2):
+            info, removed = await client.stop_and_remove("old", timeout=5)
+            assert (info.status.value, removed) == ("terminating", False)
+    finally:
+        await client.aclose()
+        server.close()
+    assert asked == [
+        {"remove": True, "wait": 10, "timeout": 5},
+        {"abort": False, "timeout": 5},
+        {"abort": False, "timeout": 5},
+    ]
+
+
+_OLD_JOB = {"id": "old", "run_name": "test-run", "runtime": "process", "submitted_at": 0.0}
 
 
 async def test_a_wait_for_a_job_is_answered_when_it_ends(

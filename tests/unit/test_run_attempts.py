@@ -160,6 +160,11 @@ class FakeAgent:
         self.jobs[job_id] = self.jobs[job_id].model_copy(update={"status": JobStatus.TERMINATED})
         return self.jobs[job_id]
 
+    async def stop_and_remove(self, job_id: str, *args: Any) -> tuple[JobInfo, bool]:
+        info = await self.stop(job_id)
+        await self.delete(job_id)
+        return info, True
+
     async def wait(self, job_id: str, timeout: float) -> JobInfo:
         return self.jobs[job_id]
 

@@ -10,6 +10,7 @@ import fcntl
 import json
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -31,9 +32,39 @@ class DaemonError(Exception):
     """A daemon command failed; the message says why."""
 
 
+OPEN_FILES_WANTED = 1 << 20
+"""Open files the agent asks for. A job holds two or three (its log, a process job's output
+pipe, a session's more), while a systemd service or an SSH login starts with a soft limit of
+1,024 (the hard limit, often 524,288, is what it may take): a few hundred jobs on a host, and
+the next failed to start."""
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's open-files limit as far as it may (the soft limit to the hard one,
+    and as root the hard one to OPEN_FILES_WANTED, within the kernel's `nr_open`); the soft
+    limit now. Jobs started later inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            ceiling = int(f.read())
+    except (OSError, ValueError):
+        ceiling = OPEN_FILES_WANTED
+    wanted = min(OPEN_FILES_WANTED, ceiling)
+    for limit in (max(hard, wanted) if hard != resource.RLIM_INFINITY else wanted, hard):
+        if limit == resource.RLIM_INFINITY or limit <= soft:
+            continue
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, max(limit, hard)))
+            return limit
+        except (ValueError, OSError):
+            continue  # not root: the hard limit is as far as it goes
+    return soft
+
+
 def serve(data: DataDir, port: int, log_max_bytes: int) -> int:
     """Run the agent in this process until SIGTERM/SIGINT."""
     data.ensure()
+    log.debug("open files: up to %d", raise_open_files_limit())
     lock_fd = try_lock(data.serve_lock)
     if lock_fd is None:
         raise DaemonError(f"another agent (pid {read_pid(data)}) already serves {data.root}")

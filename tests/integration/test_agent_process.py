@@ -8,6 +8,7 @@ import json
 import os
 import re
 import secrets
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -379,6 +380,38 @@ async def test_a_stopping_agent_ends_every_process_before_recording_any(
     agent.kill()
     assert recorded, "the agent exited without recording a job's end"
     assert _running_in_groups(set(pids)) == []
+
+
+async def test_more_process_jobs_than_the_inherited_open_files_limit_run(
+    tmp_path: Path,
+) -> None:
+    """An agent started with a low soft limit (a service's or a login's 1,024) raises it
+    to its hard limit: each process job holds its log and a pipe, and more jobs than the
+    soft limit start and run (18 of these did before)."""
+    soft_limit = 64
+    agent = AgentProcess(tmp_path / "agent")
+    agent.command = [
+        "/bin/sh",
+        "-c",
+        f'ulimit -S -n {soft_limit} && exec "$@"',
+        "sh",
+        *agent.command,
+    ]
+    agent.start()
+    try:
+        client = agent.client()
+        ids = [f"fd-{i}" for i in range(soft_limit + 16)]
+        for job_id in ids:
+            await client.submit(spec(job_id, "echo up", "sleep 600"))
+        for job_id in ids:
+            await wait_for_log(client, job_id, b"up", timeout=NET)
+        statuses = {j.id: j.status.value for j in await client.list_jobs()}
+        assert statuses == {job_id: "running" for job_id in ids}
+        with open(f"/proc/{agent.info['pid']}/limits") as f:
+            line = next(x for x in f if x.startswith("Max open files"))
+        assert int(line.split()[3]) > soft_limit
+    finally:
+        agent.kill(signal.SIGTERM)
 
 
 def _running_in_groups(pgids: set[int]) -> list[int]:

@@ -26,7 +26,7 @@ from dstack_plan.gateways.handler import GatewayRecord
 from dstack_plan.graph.references import gateway_of
 from dstack_plan.plan.model import Action, Plan
 from dstack_plan.plan.normalize import spec_from_normalized
-from dstack_plan.proxy.gateway_install import SOCKET_NAME, TUNNELS_DIR
+from dstack_plan.proxy.gateway_layout import SOCKET_NAME, TUNNELS_DIR
 from dstack_plan.sharing.imports import SEPARATOR, Imports, NotImported
 from dstack_plan.state.model import ResourceState, State
 

@@ -25,12 +25,14 @@ import asyncssh
 
 from dstack_plan.errors import SSHError
 from dstack_plan.providers.ssh.install import run_command
+from dstack_plan.proxy.gateway_layout import (
+    GATEWAYS_DIR,
+    RELAY_NAME,
+    ROUTES_DIR,
+    SOCKET_NAME,
+    TUNNELS_DIR,
+)
 
-GATEWAYS_DIR = ".dstack-plan/gateways"
-RELAY_NAME = "gateway_relay.py"
-SOCKET_NAME = "upstream.sock"
-ROUTES_DIR = "routes"
-TUNNELS_DIR = "tunnels"
 START_WAIT = 10.0
 
 

@@ -32,7 +32,7 @@ from dstack_plan.errors import DstackPlanError
 from dstack_plan.gateways.claims import NoRoutes, sync_claims
 from dstack_plan.gateways.handler import SSH_BACKEND, GatewayRecord
 from dstack_plan.gateways.served import ServedBy, served_by, services
-from dstack_plan.proxy.gateway_install import ROUTES_DIR
+from dstack_plan.proxy.gateway_layout import ROUTES_DIR
 from dstack_plan.sharing.imports import NotImported
 from dstack_plan.state.exports import exported_to
 from dstack_plan.watch.tick import Acted, Tick

@@ -14,6 +14,10 @@ from tests.infra.network_guard import guarded_connect, guarded_getaddrinfo
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# A developer's shell may point `dstack` at an agent of theirs: no test may start, use or stop
+# it (a test that needs an agent makes its own, in a directory of its own).
+os.environ.pop("DSTACK_PLAN_AGENT_DIR", None)
+
 # No test may depend on wall-clock time: on a loaded machine (or beside parallel workers) one
 # example can take longer than Hypothesis's default 200 ms deadline without anything wrong.
 settings.register_profile("no-clock", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -111,6 +111,12 @@ def _job_infos(response: Response) -> tuple[JobInfo, ...]:
     return tuple(JobInfo.model_validate(j) for j in response.json()["jobs"])
 
 
+def _stop_body(timeout: float | None, reason: str | None, **fields: Any) -> dict[str, Any]:
+    """The body of `POST /jobs/{id}/stop`: `fields`, and `timeout` and `reason` when given."""
+    optional = {"timeout": timeout, "reason": reason}
+    return {**fields, **{k: v for k, v in optional.items() if v is not None}}
+
+
 def _header(response: StreamingResponse, name: str, default: int) -> str | int:
     return response.headers.get(name.lower(), default)
 
@@ -340,11 +346,7 @@ class AgentClient:
         or with `abort` kill at once. Returns at once; see `wait`. `reason` (one of
         `protocol.STOP_REASONS`; `terminated_by_user` when omitted) is the termination reason
         the job ends with."""
-        body: dict[str, Any] = {"abort": abort}
-        if reason is not None:
-            body["reason"] = reason
-        if timeout is not None:
-            body["timeout"] = timeout
+        body = _stop_body(timeout, reason, abort=abort)
         response = await self._request("POST", self._job_path(job_id) + "/stop", body=body)
         return JobInfo.model_validate(response.json())
 
@@ -361,11 +363,7 @@ class AgentClient:
         and `delete` are the caller's)."""
         if not self._removes_on_stop:
             return await self.stop(job_id, timeout=timeout, reason=reason), False
-        body: dict[str, Any] = {"remove": True, "wait": wait}
-        if reason is not None:
-            body["reason"] = reason
-        if timeout is not None:
-            body["timeout"] = timeout
+        body = _stop_body(timeout, reason, remove=True, wait=wait)
         try:
             response = await self._request(
                 "POST", self._job_path(job_id) + "/stop", body=body, timeout=self.timeout + wait

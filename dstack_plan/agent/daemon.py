@@ -40,24 +40,27 @@ the next failed to start."""
 
 
 def raise_open_files_limit() -> int:
-    """Raise this process's open-files limit as far as it may (the soft limit to the hard one,
-    and as root the hard one to OPEN_FILES_WANTED, within the kernel's `nr_open`); the soft
-    limit now. Jobs started later inherit it."""
+    """Raise this process's open-files limit as far as it may: the soft limit to
+    OPEN_FILES_WANTED (within the kernel's `nr_open`), which as root may raise the hard limit
+    too, else to the hard limit. The soft limit now; jobs started later inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         with open("/proc/sys/fs/nr_open") as f:
-            ceiling = int(f.read())
+            wanted = min(OPEN_FILES_WANTED, int(f.read()))
     except (OSError, ValueError):
-        ceiling = OPEN_FILES_WANTED
-    wanted = min(OPEN_FILES_WANTED, ceiling)
-    for limit in (max(hard, wanted) if hard != resource.RLIM_INFINITY else wanted, hard):
-        if limit == resource.RLIM_INFINITY or limit <= soft:
+        wanted = OPEN_FILES_WANTED
+    if hard == resource.RLIM_INFINITY:
+        attempts = [(wanted, hard)]
+    else:  # (hard, hard) is as far as one who is not root goes
+        attempts = [(wanted, max(wanted, hard)), (hard, hard)]
+    for new_soft, new_hard in attempts:
+        if new_soft <= soft:
             continue
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, max(limit, hard)))
-            return limit
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, new_hard))
+            return new_soft
         except (ValueError, OSError):
-            continue  # not root: the hard limit is as far as it goes
+            continue
     return soft
 
 

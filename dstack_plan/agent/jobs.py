@@ -471,8 +471,8 @@ class JobManager:
         """Stop a job gracefully and, once it has ended (waited for up to `hold` seconds),
         forget it: (True, how it ended); (False, its info) when it still runs after `hold`.
         One request where a caller removing a job would otherwise make three."""
-        info = self.stop(job_id, timeout, reason=reason)
         job = self.get(job_id)
+        self.stop(job_id, timeout, reason=reason)
         with self._lock:
             if not self._changed.wait_for(lambda: job.finished, hold):
                 return False, job.info()

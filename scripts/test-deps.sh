@@ -11,6 +11,10 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 command -v unshare >/dev/null 2>&1 || need_pkgs+=(util-linux)
+# the Slurm test cluster (tests/infra/slurm_cluster.py): slurmctld, slurmd, sbatch and munge;
+# the cluster's fixture starts munged itself when none answers
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need_pkgs+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need_pkgs+=(munge)
 # a private registry with basic auth, for the registry_auth tests
 command -v docker-registry >/dev/null 2>&1 || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)

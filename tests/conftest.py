@@ -154,6 +154,24 @@ def ssh_hosts(tmp_path_factory: pytest.TempPathFactory):
         hosts.down()
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A Slurm cluster of namespace hosts (tests/infra/slurm_cluster.py): a login node with
+    slurmctld and sshd, nodes cpu1, cpu2 (partition cpu) and gpu1, gpu2 (partition gpu, two
+    fake GPUs each); skips (or fails under DSTACK_PLAN_REQUIRE_SLURM=1) where it cannot be
+    made."""
+    from tests.infra.slurm_cluster import SlurmTestCluster, available
+
+    reason = available()
+    if reason is not None:
+        require("DSTACK_PLAN_REQUIRE_SLURM", reason)
+    cluster = SlurmTestCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster.up()
+    finally:
+        cluster.down()
+
+
 @pytest.fixture(autouse=True)
 def _no_ssh_agent_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test on the namespace hosts, stop every agent it left under its tmp_path: the

@@ -12,7 +12,7 @@ import typer
 from dstack_plan.cli import common
 
 if TYPE_CHECKING:
-    from dstack_plan.config.backends import AnyBackend
+    from dstack_plan.config.backends import CloudBackend
 
 
 def init(
@@ -132,7 +132,7 @@ def _cloud_backend(
     subscription_id: str | None,
     profile: str | None,
     others: dict[str, str | None],
-) -> AnyBackend:
+) -> CloudBackend:
     """The backends.yml entry `--backend aws|gcp|azure` asks for; DstackPlanError for a flag
     that does not go with it or a missing one."""
     from dstack_plan.config.backends import AWSBackend, AzureBackend, GCPBackend

@@ -1,4 +1,5 @@
-"""`.dstack/backends.yml`: the cloud providers a project may create instances in.
+"""`.dstack/backends.yml`: the cloud providers a project may create instances in, and the
+Slurm clusters it may submit runs to (`config/slurm_backend.py`).
 
     backends:
       - type: aws
@@ -28,6 +29,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from dstack_plan.config.atomic import write_private_atomic
 from dstack_plan.config.base import FieldConflict, ItemError, Strict
 from dstack_plan.config.settings_file import read_mapping, read_settings_text
+from dstack_plan.config.slurm_backend import SlurmBackend
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
 from dstack_plan.config.yaml_limits import MAX_ISSUES, shorten
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from dstack_plan.config.locate import Target
 
 BACKENDS_FILE = ".dstack/backends.yml"
-BACKEND_TYPES = ("aws", "gcp", "azure")
+BACKEND_TYPES = ("aws", "gcp", "azure", "slurm")
 """Every `type:` a backend may have."""
 _GCP_LABEL = re.compile(r"^[a-z0-9_-]{1,63}$")
 _GCP_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -44,6 +46,7 @@ _CREDENTIALS = {
     "aws": "boto3's own chain (environment, ~/.aws and `profile`, instance role)",
     "gcp": "`credentials_file` (service-account JSON) or application default ones",
     "azure": "DefaultAzureCredential, or client_id and the variable client_secret_env names",
+    "slurm": "each cluster's identity_file, else the SSH agent's keys",
 }
 """Where each provider's credentials come from, for the comment `render_backend` writes."""
 
@@ -155,7 +158,9 @@ class AzureBackend(Strict):
         return data
 
 
-AnyBackend = AWSBackend | GCPBackend | AzureBackend
+CloudBackend = AWSBackend | GCPBackend | AzureBackend
+"""A backend that creates machines (a Slurm backend runs jobs instead)."""
+AnyBackend = CloudBackend | SlurmBackend
 Backend = Annotated[AnyBackend, Field(discriminator="type")]
 
 
@@ -213,10 +218,11 @@ def parse_backends(text: str, display: str = BACKENDS_FILE) -> BackendsFile:
     return result
 
 
-_MODELS: dict[str, type[AWSBackend | GCPBackend | AzureBackend]] = {
+_MODELS: dict[str, type[AnyBackend]] = {
     "aws": AWSBackend,
     "gcp": GCPBackend,
     "azure": AzureBackend,
+    "slurm": SlurmBackend,
 }
 
 
@@ -273,7 +279,8 @@ def _unknown_type(index: int, kind: object) -> PendingIssue:
 
 
 def backend_config(project_dir: str | Path, type_: str) -> AnyBackend | None:
-    """The project's backend of type `type_` (aws, gcp or azure); None when it has none."""
+    """The project's backend of type `type_` (aws, gcp, azure or slurm); None when it has
+    none."""
     return load_backends(project_dir).get(type_)
 
 
@@ -294,7 +301,7 @@ def render_backend(backend: AnyBackend) -> str:
 
 def render_backends(backends: BackendsFile) -> str:
     """The whole backends file's text for `backends`."""
-    header = "# dstack-plan: cloud backends (dstack init --backend aws|gcp|azure); commit it\n"
+    header = "# dstack-plan: backends (dstack init --backend aws|gcp|azure|slurm); commit it\n"
     if not backends.backends:
         return header + "backends: []\n"
     return header + "backends:\n" + "".join(render_backend(b) for b in backends.backends)

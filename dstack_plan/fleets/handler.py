@@ -1,4 +1,5 @@
-"""The `fleet` handler: SSH fleets (`ssh_config`) and cloud fleets (`nodes`), each to its own.
+"""The `fleet` handler: SSH fleets (`ssh_config`), cloud fleets (`nodes`) and Slurm fleets
+(`backends: [slurm]`), each to its own.
 
 Which one is decided by the fleet itself: the change's desired spec for a create or update,
 the recorded entry for a refresh or delete (a fleet changing kind is replaced, so both
@@ -11,23 +12,32 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
-from dstack_plan.fleets.records import is_cloud_fleet
+from dstack_plan.fleets.records import is_cloud_fleet, is_engine_fleet
 from dstack_plan.fleets.ssh import FleetHandler
 from dstack_plan.plan.model import MachineOffer, ResourceChange
-from dstack_plan.providers.names import SSH
+from dstack_plan.providers.names import ENGINES, SSH
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
     from dstack_plan.config.runs import RunSpec
     from dstack_plan.fleets.cloud import CloudFleetHandler
+    from dstack_plan.fleets.slurm import SlurmFleetHandler
 
 
 class FleetKinds(ResourceHandler):
-    def __init__(self, ssh: FleetHandler, cloud: Callable[[], CloudFleetHandler]):
+    def __init__(
+        self,
+        ssh: FleetHandler,
+        cloud: Callable[[], CloudFleetHandler],
+        slurm: Callable[[], SlurmFleetHandler],
+    ):
         self.ssh = ssh
         self._make_cloud = cloud
         """Builds the cloud fleets' handler: only projects with cloud fleets load it."""
         self._cloud: CloudFleetHandler | None = None
+        self._make_slurm = slurm
+        """Builds the Slurm fleets' handler: only projects with Slurm fleets load it."""
+        self._slurm: SlurmFleetHandler | None = None
 
     @property
     def cloud(self) -> CloudFleetHandler:
@@ -35,14 +45,26 @@ class FleetKinds(ResourceHandler):
             self._cloud = self._make_cloud()
         return self._cloud
 
+    @property
+    def slurm(self) -> SlurmFleetHandler:
+        if self._slurm is None:
+            self._slurm = self._make_slurm()
+        return self._slurm
+
     def _for_change(self, change: ResourceChange) -> ResourceHandler:
         spec = change.after or {}
-        return self.ssh if isinstance(spec.get("ssh_config"), dict) else self.cloud
+        if isinstance(spec.get("ssh_config"), dict):
+            return self.ssh
+        return self.slurm if change.provider in ENGINES else self.cloud
 
     def _for_entry(self, current: ResourceState) -> ResourceHandler:
+        if is_engine_fleet(current):
+            return self.slurm
         return self.cloud if is_cloud_fleet(current) else self.ssh
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
+        if provider in ENGINES:
+            return self.slurm.cannot_create(kind, provider)
         handler = self.ssh if provider == SSH else self.cloud
         return handler.cannot_create(kind, provider)
 

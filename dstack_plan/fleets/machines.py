@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.fleets.listings import JobListings, MachineKey
-from dstack_plan.fleets.records import FleetRecord, fleet_ssh_config, is_cloud_fleet
+from dstack_plan.fleets.records import (
+    FleetRecord,
+    fleet_ssh_config,
+    is_cloud_fleet,
+    is_engine_fleet,
+)
 from dstack_plan.fleets.ssh import SSHProviderFactory
 from dstack_plan.providers.base import Instance, MachineResources, Provider
 from dstack_plan.providers.local import LOCAL_PROVIDER
@@ -40,7 +45,9 @@ from dstack_plan.state.model import ResourceState, State
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
     from dstack_plan.agent.client import AgentClient
+    from dstack_plan.agent.jobs_api import JobsAPI
     from dstack_plan.config.fleet import SSHConfig
+    from dstack_plan.providers.slurm.engine import SlurmEngine
     from dstack_plan.providers.ssh.connect import Connection
     from dstack_plan.providers.ssh.provider import SSHProvider
 
@@ -92,6 +99,9 @@ class FleetMachines:
         """fleet name -> (its recorded ssh_config and pins as JSON, the provider built from
         them)."""
         self._retired: list[SSHProvider] = []
+        self._engines: dict[str, tuple[str, SlurmEngine]] = {}
+        """fleet name -> (its recorded cluster and pins as JSON, the engine reaching it)."""
+        self._retired_engines: list[SlurmEngine] = []
         self.listings = JobListings()
         """What the agents listed, kept for a command (`fleets/listings.py`)."""
 
@@ -124,6 +134,8 @@ class FleetMachines:
         implicit = self.implicit.implicit_instances(fleet)
         if implicit:
             return await self._implicit_machines(fleet, implicit)
+        if self.is_engine(fleet, state):
+            return []  # the cluster's scheduler places the jobs: no machine is ours
         entry = self._entry(fleet, state)
         config = _provider_parts(entry)[0]
         provider = self._provider(fleet, entry)
@@ -150,10 +162,53 @@ class FleetMachines:
     def has_host(self, fleet: str, host: str, state: State) -> bool:
         """Whether `fleet` still has the machine `host` (no I/O). A fleet of implicit
         machines always has: its one machine goes by several names (`localhost`, hostname)."""
-        if self.implicit.implicit_instances(fleet):
+        if self.implicit.implicit_instances(fleet) or self.is_engine(fleet, state):
             return True
         entry = self._entry(fleet, state)
         return any(h.name == host for h in FleetRecord.of(entry).hosts)
+
+    def is_engine(self, fleet: str, state: State) -> bool:
+        """Whether `fleet` is capacity on a cluster whose scheduler runs the jobs (Slurm):
+        its jobs are reached through `jobs_api`, and it has no agents (no I/O)."""
+        if self.implicit.implicit_instances(fleet):
+            return False
+        entry = self.recorded(fleet, state)
+        return entry is not None and is_engine_fleet(entry)
+
+    async def jobs_api(self, fleet: str, host: str, state: State) -> JobsAPI:
+        """What runs the jobs of `fleet`'s machine `host`: its agent, or, on a Slurm fleet,
+        the cluster (`providers/slurm/jobs.py`; `host` is then the cluster's name). No I/O
+        until its first request."""
+        if self.is_engine(fleet, state):
+            from dstack_plan.providers.slurm.jobs import SlurmJobs
+
+            return SlurmJobs(self.engine(fleet, state))
+        return await self.agent(fleet, host, state)
+
+    def engine(self, fleet: str, state: State) -> SlurmEngine:
+        """The engine of Slurm fleet `fleet`, kept until `close` (no I/O yet)."""
+        entry = self.recorded(fleet, state)
+        if entry is None or not is_engine_fleet(entry):
+            raise ProviderError("fleet", f"fleet {fleet!r} is not a Slurm fleet in state")
+        return self.engine_of(entry)
+
+    def engine_of(self, entry: ResourceState) -> SlurmEngine:
+        """The engine reaching the cluster Slurm fleet `entry` records, with its pins; one
+        per fleet, made anew when the recorded cluster or pins change."""
+        from dstack_plan.fleets.slurm import engine_for
+        from dstack_plan.fleets.slurm_records import SlurmFleetRecord
+
+        fleet = entry.address.split(".", 1)[1]
+        record = SlurmFleetRecord.of(entry)
+        key = json.dumps([record.cluster.model_dump(mode="json"), record.pins], sort_keys=True)
+        cached = self._engines.get(fleet)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if cached is not None:
+            self._retired_engines.append(cached[1])
+        engine = engine_for(record)
+        self._engines[fleet] = (key, engine)
+        return engine
 
     async def agent(self, fleet: str, host: str, state: State) -> AgentClient:
         """The agent on `fleet`'s machine `host` (as jobs record it); no I/O until its first
@@ -172,13 +227,13 @@ class FleetMachines:
         host: str,
         state: State,
         run_name: str | None = None,
-        agent: AgentClient | None = None,
+        agent: JobsAPI | None = None,
     ) -> list[JobInfo]:
-        """The jobs the agent of `fleet`'s machine `host` (`agent`, when the caller has it)
-        lists, oldest first (only those of `run_name` when given): once per machine within a
-        command (`listings`), else asked now."""
+        """The jobs the agent of `fleet`'s machine `host` (`agent`, when the caller has it;
+        the cluster of a Slurm fleet) lists, oldest first (only those of `run_name` when
+        given): once per machine within a command (`listings`), else asked now."""
         if agent is None:
-            agent = await self.agent(fleet, host, state)
+            agent = await self.jobs_api(fleet, host, state)
         if not self.listings.active:
             return await agent.list_jobs(run_name=run_name)
         return await self.listings.jobs(self.machine_key(fleet, host), agent.list_jobs, run_name)
@@ -229,6 +284,10 @@ class FleetMachines:
             await provider.close()
         self._ssh.clear()
         self._retired.clear()
+        for engine in [*(e for _, e in self._engines.values()), *self._retired_engines]:
+            await engine.close()
+        self._engines.clear()
+        self._retired_engines.clear()
         await self.implicit.close()
 
     async def _implicit_machines(self, fleet: str, implicit: list[Instance]) -> list[Machine]:
@@ -268,6 +327,11 @@ class FleetMachines:
             entry = state.get(f"fleet.{fleet}")
         if entry is None:
             raise ProviderError("fleet", f"fleet {fleet!r} is not in state: apply it first")
+        if is_engine_fleet(entry):
+            raise ProviderError(
+                entry.provider, f"fleet {fleet!r} is a {entry.provider} cluster: its nodes are "
+                "its scheduler's, with no agent of ours"
+            )  # fmt: skip
         if entry.provider not in HOST_FLEET_PROVIDERS:
             raise ProviderError(
                 entry.provider, f"fleet {fleet!r}: runs on {entry.provider} fleets are not "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.errors import ProviderError
 from dstack_plan.plan.normalize import spec_from_normalized
-from dstack_plan.providers.names import SSH
+from dstack_plan.providers.names import ENGINES, SSH
 
 if TYPE_CHECKING:
     from dstack_plan.config.fleet import SSHConfig
@@ -232,7 +232,17 @@ def host_labels(entry: ResourceState) -> dict[str, dict[str, tuple[str, ...]]]:
 
 def is_cloud_fleet(entry: ResourceState) -> bool:
     """Whether a fleet entry's machines come from a cloud provider (it has `nodes`)."""
-    return entry.kind == "fleet" and not isinstance(entry.spec.get("ssh_config"), dict)
+    return (
+        entry.kind == "fleet"
+        and not isinstance(entry.spec.get("ssh_config"), dict)
+        and entry.provider not in ENGINES
+    )
+
+
+def is_engine_fleet(entry: ResourceState) -> bool:
+    """Whether a fleet entry is capacity on a cluster whose own scheduler runs the jobs
+    (Slurm: `fleets/slurm.py`)."""
+    return entry.kind == "fleet" and entry.provider in ENGINES
 
 
 def fleet_ssh_config(spec: Mapping[str, Any], address: str) -> tuple[str, SSHConfig]:

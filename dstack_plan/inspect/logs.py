@@ -14,14 +14,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, BinaryIO
 
 from dstack_plan.errors import AgentError, DstackPlanError
-from dstack_plan.inspect.runs import find_run, job_agent
+from dstack_plan.inspect.runs import find_run, job_jobs
 from dstack_plan.runs.attempts import attempt_jobs
 from dstack_plan.runs.records import JobRecord
 from dstack_plan.state.model import ResourceState
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
-    from dstack_plan.agent.client import AgentClient
+    from dstack_plan.agent.jobs_api import JobsAPI
     from dstack_plan.project import Project
 
 
@@ -110,12 +110,12 @@ async def write_logs(
 
 async def open_job(
     project: Project, run: ResourceState, record: JobRecord
-) -> tuple[AgentClient, JobInfo]:
+) -> tuple[JobsAPI, JobInfo]:
     """The agent of job `record` of `run`, and the job as it reports it now.
 
     Raises DstackPlanError when the agent no longer has the job (its logs went with it).
     """
-    agent = await job_agent(project, run, record)
+    agent = await job_jobs(project, run, record)
     try:
         return agent, await agent.get_job(record.id)
     except AgentError as e:

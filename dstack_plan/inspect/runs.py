@@ -27,6 +27,7 @@ from dstack_plan.state.model import ResourceState, State
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
     from dstack_plan.agent.client import AgentClient
+    from dstack_plan.agent.jobs_api import JobsAPI
     from dstack_plan.apply.handlers import Refreshed
     from dstack_plan.project import Project
 
@@ -136,10 +137,21 @@ async def job_agent(
     project: Project, run: ResourceState, job: JobRecord, state: State | None = None
 ) -> AgentClient:
     """The agent of the machine `job` of `run` runs on, as the run handler reaches it (the
-    fleet's machines are found in `state`, default the stored one)."""
+    fleet's machines are found in `state`, default the stored one): for what needs the
+    host itself (its ports, an SSH session); `job_jobs` for reading and ending the job."""
     if state is None:
         state = project.backend.read().state
     return await project.machines.agent(fleet_of(run), job.host, state)
+
+
+async def job_jobs(
+    project: Project, run: ResourceState, job: JobRecord, state: State | None = None
+) -> JobsAPI:
+    """What runs `job` of `run` (its machine's agent, or a Slurm fleet's cluster), as the
+    run handler reaches it: for its status, output and stop."""
+    if state is None:
+        state = project.backend.read().state
+    return await project.machines.jobs_api(fleet_of(run), job.host, state)
 
 
 def job_records(run: ResourceState) -> list[JobRecord]:
@@ -205,7 +217,7 @@ async def _fleet_views(
                 if job.host in asked:
                     continue
                 asked.add(job.host)
-                agent = await job_agent(project, run, job, state)
+                agent = await job_jobs(project, run, job, state)
                 infos.update({j.id: j for j in await agent.list_jobs()})
     except (AgentError, ProviderError) as e:
         error = str(e)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dstack_plan.errors import AgentError
-from dstack_plan.inspect.runs import find_run, job_agent, job_records
+from dstack_plan.inspect.runs import find_run, job_jobs, job_records
 from dstack_plan.runs.queueing import QUEUED_KEY, STOPPED_BY_USER
 from dstack_plan.state.model import ResourceState, State, timestamp
 
 if TYPE_CHECKING:
     from dstack_plan.agent.api_models import JobInfo
-    from dstack_plan.agent.client import AgentClient
+    from dstack_plan.agent.jobs_api import JobsAPI
     from dstack_plan.project import Project
     from dstack_plan.runs.records import JobRecord
 
@@ -67,7 +67,7 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
 
     async def one(job: JobRecord) -> tuple[JobInfo | None, bool]:
         async with limit:
-            agent = await job_agent(project, run, job, state)
+            agent = await job_jobs(project, run, job, state)
             return await _stop_job(agent, job.id, timeout, abort)
 
     ids = [r.id for r in job_records(run)]
@@ -122,7 +122,7 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
 
 
 async def _stop_job(
-    agent: AgentClient, job_id: str, timeout: float, abort: bool
+    agent: JobsAPI, job_id: str, timeout: float, abort: bool
 ) -> tuple[JobInfo | None, bool]:
     """(the job after stopping or None if it is gone, whether it was still active)."""
     try:

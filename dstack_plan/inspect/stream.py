@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from dstack_plan.inspect.runs import job_agent, job_records
+from dstack_plan.inspect.runs import job_jobs, job_records
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ async def stream_runs(
         prefix = f"{job_id:<{width}} | ".encode() if several else b""
         lines = LinePrefixer(prefix) if several else None
         async with limit:
-            agent = await job_agent(project, run, record, state)
+            agent = await job_jobs(project, run, record, state)
             async for chunk in agent.follow_logs(job_id):
                 out.write(lines.feed(chunk.data) if lines else chunk.data)
                 out.flush()
@@ -157,7 +157,7 @@ async def _keep_gang(
     out.flush()
     timeout = stop_timeout(run)
     for other in stops:
-        agent = await job_agent(project, run, other, state)
+        agent = await job_jobs(project, run, other, state)
         try:
             await agent.stop(other.id, timeout=timeout)
         except AgentError:

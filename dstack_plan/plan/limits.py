@@ -33,6 +33,7 @@ from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, Ta
 from dstack_plan.errors import ConfigError, ConfigIssue
 from dstack_plan.graph.references import dependencies
 from dstack_plan.plan.host_checks import local_fact_issues, shared_host_issues
+from dstack_plan.providers.names import SLURM
 
 if TYPE_CHECKING:  # imported when a project declares one (they load on first use)
     from dstack_plan.config.fleet import FleetSpec, SSHConfig
@@ -101,6 +102,9 @@ def _problems(resource: Resource) -> Iterator[Found]:
 
 def _fleet(spec: FleetSpec) -> Iterator[Found]:
     ssh = spec.ssh_config
+    if ssh is None and spec.backends and SLURM in spec.backends:
+        yield from _slurm_fleet(spec)
+        return
     if ssh is None:
         if spec.nodes is None:
             yield (), "a fleet needs 'nodes' (cloud fleet) or 'ssh_config' (SSH fleet)"
@@ -111,6 +115,22 @@ def _fleet(spec: FleetSpec) -> Iterator[Found]:
     if cloud_only:
         yield (cloud_only[0],), f"SSH fleets do not take {', '.join(cloud_only)}"
     yield from _hosts(ssh)
+
+
+def _slurm_fleet(spec: FleetSpec) -> Iterator[Found]:
+    """A Slurm fleet is capacity on a cluster: its nodes are Slurm's (docs/slurm.md)."""
+    if spec.backends != (SLURM,):
+        yield ("backends",), "a Slurm fleet has one backend: backends: [slurm]"
+    if spec.nodes is not None:
+        yield (
+            ("nodes",),
+            (
+                "a Slurm fleet creates no nodes: runs go to the cluster's partitions "
+                "(gpu_partitions, cpu_partitions in .dstack/backends.yml); drop 'nodes'"
+            ),
+        )
+    if spec.env:
+        yield ("env",), "'env' is only for SSH fleets"
 
 
 def _hosts(ssh: SSHConfig) -> Iterator[Found]:

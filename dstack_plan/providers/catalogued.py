@@ -10,18 +10,18 @@ from dstack_plan.providers.catalog import Catalog, load_catalog
 from dstack_plan.providers.offer_cache import OfferCache
 
 if TYPE_CHECKING:
-    from dstack_plan.config.backends import AnyBackend
+    from dstack_plan.config.backends import CloudBackend
 
 
 class CataloguedProvider(Provider):
     """A cloud provider whose machine types and prices come from its catalogue
     (`providers/catalog/`), the project's refreshed one when `catalog_file` exists."""
 
-    config: AnyBackend | None
+    config: CloudBackend | None
 
     def __init__(
         self,
-        config: AnyBackend | None,
+        config: CloudBackend | None,
         *,
         project: str,
         lineage: str,

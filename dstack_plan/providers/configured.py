@@ -53,6 +53,8 @@ def cloud_providers(
     for backend in load_backends(project_dir).backends:
         if only is not None and backend.type != only:
             continue
+        if backend.type not in CLOUDS:
+            continue  # a Slurm cluster runs jobs; it has no machines to offer
         if backend.type not in SHIPPED:
             notes.append(f"{backend.type}: this version has no {backend.type} provider yet")
             continue
@@ -104,7 +106,8 @@ class ConfiguredClouds:
 
     def backend_types(self, fleet_provider: str) -> list[str]:
         """The configured backend types a fleet of `fleet_provider` may use."""
-        types: list[str] = [b.type for b in load_backends(self.project_dir).backends]
+        configured = load_backends(self.project_dir).backends
+        types: list[str] = [b.type for b in configured if b.type in CLOUDS]
         return types if fleet_provider == ANY_CLOUD else [t for t in types if t == fleet_provider]
 
     def cannot_create(self, fleet_provider: str) -> str | None:
@@ -154,7 +157,7 @@ class ConfiguredClouds:
     def ssh_user(self, backend_type: str) -> str:
         """The user the machines of `backend_type` are logged in as."""
         config = load_backends(self.project_dir).get(backend_type)
-        return config.ssh_user if config is not None else "ubuntu"
+        return getattr(config, "ssh_user", "ubuntu")
 
     async def close(self) -> None:
         for provider in self._built.values():

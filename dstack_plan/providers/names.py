@@ -12,6 +12,11 @@ CLOUDS = frozenset({"aws", "gcp", "azure"})
 """The backend types `.dstack/backends.yml` takes."""
 ANY_CLOUD = "cloud"
 """The provider of a fleet with `nodes` and no single `backends` entry: any configured cloud."""
+SLURM = "slurm"
+"""A Slurm cluster reached through its login node (`providers/slurm/`)."""
+ENGINES = frozenset({SLURM})
+"""Backends whose own scheduler runs the jobs: a fleet of one is capacity on a cluster, with
+no machines of ours and no agent."""
 HOST_FLEET_PROVIDERS = frozenset({SSH, ANY_CLOUD, *CLOUDS})
 """Fleets whose machines are hosts reached over SSH, each running the agent: SSH fleets, and
 cloud fleets once their machines have booted."""

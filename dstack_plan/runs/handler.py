@@ -9,6 +9,7 @@ from typing import Any
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.agent.client import AgentClient
+from dstack_plan.agent.jobs_api import JobsAPI
 from dstack_plan.agent.protocol import SCALED_DOWN
 from dstack_plan.apply.deployment import Deployment
 from dstack_plan.apply.events import plural
@@ -24,12 +25,12 @@ from dstack_plan.plan.kinds import FINISHED_STATUSES
 from dstack_plan.plan.model import Action, MachineOffer, ResourceChange
 from dstack_plan.plan.normalize import CODE_KEY, spec_from_normalized
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
-from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
+from dstack_plan.providers.names import ENGINES, HOST_FLEET_PROVIDERS
 from dstack_plan.runs.admission import admit
 from dstack_plan.runs.attempts import attempts_of, kept_job_ids
 from dstack_plan.runs.code_archive import CodeArchive, PrivatePaths, pack
 from dstack_plan.runs.health import crash, run_status
-from dstack_plan.runs.jobs import JobSlot, job_id, slots, stop_seconds
+from dstack_plan.runs.jobs import JobContext, JobSlot, job_id, slots, stop_seconds
 from dstack_plan.runs.ownership import jobs_to_remove
 from dstack_plan.runs.placing import HostRun, place_on_fleet
 from dstack_plan.runs.queueing import (
@@ -61,7 +62,7 @@ STOP_WAIT_SLACK = 15.0
 """Seconds allowed beyond a job's stop timeout for the agent to report it finished."""
 FleetGrower = Callable[[str, MachineOffer, RunSpec, ApplyContext], Awaitable[State]]
 """(cloud fleet, the offer planned, the run, ctx) -> the state with the fleet grown."""
-RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, *HOST_FLEET_PROVIDERS})
+RUN_PROVIDERS = frozenset({LOCAL_PROVIDER, *HOST_FLEET_PROVIDERS, *ENGINES})
 """The providers whose fleets runs can go to in this version."""
 
 
@@ -148,6 +149,8 @@ class RunHandler(ResourceHandler):
                 raise NoCapacity(fleet, waiting_for(change.placement), change.address)
             raise ProviderError(fleet, change.placement.note or "cannot be placed")
         state = ctx.current_state()
+        if self.machines.is_engine(fleet, state):  # Slurm: its scheduler places the jobs
+            return await self._start_on_engine(change, spec, fleet, state, ctx)
         burst = change.placement.offer if change.placement is not None else None
         if burst is not None:  # the plan sent it to new machines of a cloud fleet
             if self._grow is None:
@@ -184,15 +187,57 @@ class RunHandler(ResourceHandler):
             progress=lambda message: ctx.progress(change.address, message),
             sleep=ctx.clock.sleep,
         )
+        # new machines of a burst are the fleet's: its entry counts their price
+        price = change.placement.price_per_hour if change.placement and not burst else 0.0
+        return self._started(change, spec, fleet, generation, jobs, state, price)
+
+    async def _start_on_engine(
+        self, change: ResourceChange, spec: RunSpec, fleet: str, state: State, ctx: ApplyContext
+    ) -> Outcome:
+        """Submit the run to the cluster of Slurm fleet `fleet` (`runs/engine_runs.py`)."""
+        from dstack_plan.fleets.slurm_records import SlurmFleetRecord
+        from dstack_plan.runs.engine_runs import submit_run
+
+        entry = self.machines.recorded(fleet, state)
+        assert entry is not None  # is_engine said so
+        record = SlurmFleetRecord.of(entry)
+        generation = int(ctx.clock.now() * 1000)
+        nodes = len(slots(spec))
+        context = JobContext(
+            run_name=change.name,
+            run_id=f"{self.deployment}/{change.name}",
+            generation=generation,
+            deployment=self.deployment,
+            nodes_num=nodes,
+            master_ip="",  # each node learns the addresses from Slurm (`script.node_script`)
+            node_ips=("",) * nodes,
+        )
+        engine = self.machines.engine(fleet, state)
+        jobs = await submit_run(
+            engine, record, fleet, spec, context, self.secrets, ctx, change.address
+        )
+        key = self.machines.machine_key(fleet, record.cluster.name)
+        self.machines.listings.record(key, [j.info for j in jobs])
+        return self._started(change, spec, fleet, generation, jobs, state, 0.0)
+
+    def _started(
+        self,
+        change: ResourceChange,
+        spec: RunSpec,
+        fleet: str,
+        generation: int,
+        jobs: Sequence[Submitted],
+        state: State,
+        price: float,
+    ) -> Outcome:
+        """The outcome of a run whose `jobs` were just submitted."""
         gpus = slot_gpus(spec)
+        assert change.after is not None
         record = RunRecord(
             fleet=fleet,
             generation=generation,
             deployment=self.deployment,
-            # new machines of a burst are the fleet's: its entry counts their price
-            price_per_hour=(
-                change.placement.price_per_hour if change.placement and not burst else 0.0
-            ),
+            price_per_hour=price,
             jobs=tuple(_job_record(j, gpus) for j in jobs),
             # what quotas count it against (`runs/usage.py`)
             namespace=namespace_of(change.after),
@@ -351,7 +396,7 @@ class RunHandler(ResourceHandler):
         if record.fleet == LOCAL_FLEET:
             hosts = {next(iter(sorted(hosts)), "localhost")}  # one machine, one agent
         for host in sorted(hosts):
-            agent = await self.machines.agent(record.fleet, host, state)
+            agent = await self.machines.jobs_api(record.fleet, host, state)
             try:  # the command's listing of the host, not one per run (`fleets/listings.py`)
                 listed = await self.machines.jobs(record.fleet, host, state, current.name, agent)
             except DstackPlanError:
@@ -485,7 +530,10 @@ class RunHandler(ResourceHandler):
 
     async def _fleet_hosts(self, fleet: str, state: State) -> set[str] | None:
         """The hosts `fleet` has now (none: a cloud fleet whose machines were released);
-        None when the fleet is gone from state (only the recorded hosts are known)."""
+        None when the fleet is gone from state, or is a Slurm cluster (only the recorded
+        hosts are known)."""
+        if self.machines.is_engine(fleet, state):
+            return None
         try:
             return {m.host for m in await self.machines.machines(fleet, state)}
         except ProviderError:
@@ -497,7 +545,7 @@ class RunHandler(ResourceHandler):
         jobs went with it (drift the plan repairs)."""
         if not self.machines.has_host(fleet, host, state):
             return {}
-        agent = await self.machines.agent(fleet, host, state)  # no I/O: a missing fleet raises
+        agent = await self.machines.jobs_api(fleet, host, state)  # no I/O: a missing fleet raises
         try:
             return {j.id: j for j in await self.machines.jobs(fleet, host, state, agent=agent)}
         except DstackPlanError:
@@ -510,7 +558,7 @@ class RunHandler(ResourceHandler):
     ) -> dict[str, JobInfo]:
         found: dict[str, JobInfo] = {}
         for job in jobs:
-            agent = await self.machines.agent(fleet, job.host, state)
+            agent = await self.machines.jobs_api(fleet, job.host, state)
             try:
                 found[job.id] = await agent.get_job(job.id)
             except AgentError as e:
@@ -530,14 +578,14 @@ class RunHandler(ResourceHandler):
         for job in jobs:
             by_host.setdefault(job.host, []).append(job.id)
         for host, ids in by_host.items():
-            agent = await self.machines.agent(fleet, host, state)
+            agent = await self.machines.jobs_api(fleet, host, state)
             await self._stopped(fleet, host, agent, ids, spec, reason)
 
     async def _stopped(
         self,
         fleet: str,
         host: str,
-        agent: AgentClient,
+        agent: JobsAPI,
         ids: list[str],
         spec: RunSpec,
         reason: str | None = None,
@@ -556,7 +604,7 @@ class RunHandler(ResourceHandler):
 
 
 async def _stop_and_remove(
-    agent: AgentClient,
+    agent: JobsAPI,
     ids: list[str],
     spec: RunSpec,
     reason: str | None = None,

@@ -27,7 +27,7 @@ from dstack_plan.plan.model import Placement
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.plan.planner import DesiredItem
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
-from dstack_plan.providers.names import HOST_FLEET_PROVIDERS
+from dstack_plan.providers.names import ENGINES, HOST_FLEET_PROVIDERS
 from dstack_plan.runs.placing import FleetPlacements, HostRun, place_on_fleet
 from dstack_plan.runs.plan_victims import with_victims
 from dstack_plan.runs.plan_wait import with_estimates
@@ -195,6 +195,8 @@ class RunPlacement:
         deployment = self._deployment
         if any(run.starts for run in runs):  # what only keeps running needs no export
             self.machines.check_placeable(fleet)
+        if self.machines.is_engine(fleet, state):  # Slurm: a partition, Slurm's estimate
+            return await self._place_on_engine(fleet, runs, state)
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
             volumes = self._volume_sites(desired, state)
@@ -213,6 +215,23 @@ class RunPlacement:
         provider = "ssh" if fleet != LOCAL_FLEET else LOCAL_PROVIDER
         waiting = Placement(fleet=fleet, provider=provider, placed=False, pending=True, note=note)
         return FleetPlacements({r.address: waiting for r in runs}, {})
+
+    async def _place_on_engine(
+        self, fleet: str, runs: list[HostRun], state: State
+    ) -> FleetPlacements:
+        """Runs on Slurm fleet `fleet`: each to its partition (`runs/engine_runs.py`); one
+        no partition could ever take is never placed."""
+        from dstack_plan.runs.engine_runs import plan_placement
+
+        placements: dict[str, Placement] = {}
+        never: dict[str, str] = {}
+        now = self.clock.now()
+        for run in runs:
+            placed = await plan_placement(self.machines, fleet, run.spec, state, now)
+            placements[run.address] = placed
+            if placed.placed is False and run.starts:
+                never[run.address] = f"{run.address} cannot run on fleet {fleet}: {placed.note}"
+        return FleetPlacements(placements, never)
 
     def _volume_sites(self, desired: Desired, state: State) -> dict[str, VolumeSite]:
         """Where each volume the project declares or state records lives."""
@@ -255,13 +274,14 @@ def fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:
 
 
 def placeable(fleet: str, provider: str, items: Mapping[str, DesiredItem], state: State) -> bool:
-    """Whether the plan can place runs on `fleet`: the local fleet, or an SSH fleet that
-    state records as this plan leaves it (one it creates or changes is known after apply),
-    or another project's fleet (its owner's apply changes it, not this plan)."""
+    """Whether the plan can place runs on `fleet`: the local fleet, or an SSH (or Slurm)
+    fleet that state records as this plan leaves it (one it creates or changes is known
+    after apply), or another project's fleet (its owner's apply changes it, not this plan)."""
     if fleet == LOCAL_FLEET or is_imported(fleet):
         return True
     address = f"fleet.{fleet}"
     current, item = state.get(address), items.get(address)
-    if provider not in HOST_FLEET_PROVIDERS or current is None or current.tainted or item is None:
+    known = provider in HOST_FLEET_PROVIDERS or provider in ENGINES
+    if not known or current is None or current.tainted or item is None:
         return False
     return not diff_specs("fleet", current.spec, item.spec).changed

@@ -22,7 +22,7 @@ from dstack_plan.web.models import JobLogs, LogEnd, LogLine
 from dstack_plan.web.source import ApiSource, NotFound
 
 if TYPE_CHECKING:
-    from dstack_plan.agent.client import AgentClient
+    from dstack_plan.agent.jobs_api import JobsAPI
     from dstack_plan.runs.records import JobRecord
     from dstack_plan.state.model import ResourceState
 
@@ -76,7 +76,7 @@ async def follow(
 class SseStream:
     """The server-sent events of one followed job log."""
 
-    def __init__(self, source: ApiSource, agent: AgentClient, job_id: str, start: int) -> None:
+    def __init__(self, source: ApiSource, agent: JobsAPI, job_id: str, start: int) -> None:
         self.source, self.agent, self.job_id, self.start = source, agent, job_id, start
 
     async def frames(self) -> AsyncIterator[bytes]:
@@ -112,7 +112,7 @@ def _lines(source: ApiSource, found: list[tuple[float | None, str]]) -> list[Log
 
 async def _open(
     source: ApiSource, ref: str, replica: int, job: int, attempt: int | None
-) -> tuple[ResourceState, JobRecord, AgentClient]:
+) -> tuple[ResourceState, JobRecord, JobsAPI]:
     run = source.find_run(ref)
     try:
         record = select_job(run, replica, job, attempt)

@@ -19,6 +19,7 @@ ALLOWED_NETWORKS = [
     ipaddress.ip_network("10.200.0.0/24"),  # the namespace test hosts
     ipaddress.ip_network("10.213.0.0/16"),  # tests/infra/ssh_hosts.py: hosts on the bridge
     ipaddress.ip_network("10.214.0.0/16"),  # tests/infra/ssh_hosts.py: behind the jump host
+    ipaddress.ip_network("10.215.0.0/16"),  # tests/infra/slurm_cluster.py: the Slurm hosts
     ipaddress.ip_network("0.0.0.0/32"),
 ]
 

@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.infra.netns import forward_on_bridge, ip, keygen, remove_network
+
 BASE_SLOT = int(os.environ.get("DSTACK_PLAN_SSH_TEST_SLOT", "0"))
 """The test run's copy of the network (0-9): several test runs side by side (parallel helpers
 on one machine) each set their own, so none tears down another's hosts."""
@@ -134,10 +136,6 @@ def slot_port(index: int) -> int:
     return 20000 + 10 * SLOT + index
 
 
-def _ip(*args: str, check: bool = True) -> None:
-    subprocess.run(["ip", *args], check=check, capture_output=True)
-
-
 class SSHTestHosts:
     """The whole test network; `up()` builds it, `down()` removes it (and any leftovers)."""
 
@@ -164,37 +162,37 @@ class SSHTestHosts:
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         Path(HOST_DSTACK_DIR).mkdir(exist_ok=True)  # where each host mounts its own
         self.directory.mkdir(parents=True, exist_ok=True)
-        _keygen(self.client_key)
+        keygen(self.client_key)
         (self.directory / "authorized_keys").write_text(
             (self.directory / "client_ed25519.pub").read_text()
         )
         (self.directory / "empty_bashrc").write_text("")
         self._make_bins()
-        _ip("link", "add", BRIDGE, "type", "bridge")
-        _ip("addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "up")
-        _forward_on_bridge(True)
+        ip("link", "add", BRIDGE, "type", "bridge")
+        ip("addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+        ip("link", "set", BRIDGE, "up")
+        forward_on_bridge(BRIDGE, True)
         for host in self.hosts.values():
-            _ip("netns", "add", host.netns)
-            _ip("-n", host.netns, "link", "set", "lo", "up")
+            ip("netns", "add", host.netns)
+            ip("-n", host.netns, "link", "set", "lo", "up")
         for host in self.hosts.values():
             if host.name == "inner":
                 continue
             veth = host.veth
-            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
-            _ip("link", "set", veth, "master", BRIDGE, "up")
-            _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
-            _ip("-n", host.netns, "link", "set", "eth0", "up")
+            ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+            ip("link", "set", veth, "master", BRIDGE, "up")
+            ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
+            ip("-n", host.netns, "link", "set", "eth0", "up")
         jump, inner = self.hosts["jump"].netns, self.hosts["inner"].netns
         peer = ("peer", "name", "eth0", "netns", inner)
-        _ip("-n", jump, "link", "add", "eth1", "type", "veth", *peer)
-        _ip("-n", jump, "addr", "add", f"{INNER}.1/30", "dev", "eth1")
-        _ip("-n", inner, "addr", "add", f"{INNER}.2/30", "dev", "eth0")
-        _ip("-n", jump, "link", "set", "eth1", "up")
-        _ip("-n", inner, "link", "set", "eth0", "up")
+        ip("-n", jump, "link", "add", "eth1", "type", "veth", *peer)
+        ip("-n", jump, "addr", "add", f"{INNER}.1/30", "dev", "eth1")
+        ip("-n", inner, "addr", "add", f"{INNER}.2/30", "dev", "eth0")
+        ip("-n", jump, "link", "set", "eth1", "up")
+        ip("-n", inner, "link", "set", "eth0", "up")
         # without this the root namespace would send packets for `inner` to its default
         # gateway (off the machine); now a direct connection fails at once, locally
-        _ip("route", "add", "unreachable", INNER_NET)
+        ip("route", "add", "unreachable", INNER_NET)
         # sshd takes the first SetEnv line only: every variable of a host goes on one
         no_systemd = f"{SYSTEMD_ROOT_ENV}={self.directory / 'no-systemd'}"
         for host in self.hosts.values():
@@ -212,7 +210,7 @@ class SSHTestHosts:
         ]
         for host in self.hosts.values():
             host.directory.mkdir(parents=True, exist_ok=True)
-            _keygen(host.host_key)
+            keygen(host.host_key)
             self.start(host.name, wait=False)
         for host in self.hosts.values():
             self._wait_listening(host)
@@ -311,7 +309,7 @@ class SSHTestHosts:
     def link(self, name: str, up: bool) -> None:
         """Take the host's network link down (packets to it are lost, nothing is refused:
         a cable pulled, a host powered off) or up again."""
-        _ip("-n", self.hosts[name].netns, "link", "set", "eth0", "up" if up else "down")
+        ip("-n", self.hosts[name].netns, "link", "set", "eth0", "up" if up else "down")
 
     def throttle(self, name: str, mbit: int | None) -> None:
         """Limit the host's link to `mbit` Mbit/s both ways (a token bucket on each end of
@@ -334,7 +332,7 @@ class SSHTestHosts:
         host = self.hosts[name]
         host.host_key.unlink()
         Path(f"{host.host_key}.pub").unlink()
-        _keygen(host.host_key)
+        keygen(host.host_key)
         self.start(name)
 
     def _wait_listening(self, host: SSHTestHost) -> None:
@@ -360,43 +358,5 @@ class SSHTestHosts:
         for host in self.hosts.values():
             if host.process is not None:
                 self.stop(host.name)
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-        for line in listed.stdout.splitlines():
-            netns = line.split()[0] if line.split() else ""
-            if not netns.startswith(PREFIX):
-                continue
-            pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True)
-            for pid in pids.stdout.split():
-                try:
-                    os.kill(int(pid), 9)
-                except ProcessLookupError:
-                    pass
-            _ip("netns", "del", netns, check=False)
-        # a namespace still held (by a socket closing, say) outlives `netns del` with its
-        # veth: the next `up` could not add it again
-        for host in self.hosts.values():
-            _ip("link", "del", host.veth, check=False)
-        _ip("link", "del", BRIDGE, check=False)
-        _forward_on_bridge(False)
-        _ip("route", "del", "unreachable", INNER_NET, check=False)
-
-
-def _forward_on_bridge(allow: bool) -> None:
-    """Let the hosts reach each other across the bridge (bandwidth probes, multi-node runs):
-    where br_netfilter is loaded (dockerd loads it), bridged packets go through iptables'
-    FORWARD chain, whose policy dockerd sets to DROP."""
-    if shutil.which("iptables") is None:
-        return
-    rule = ["FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT"]
-    while subprocess.run(["iptables", "-D", *rule], capture_output=True).returncode == 0:
-        pass  # leftovers of a killed run
-    if allow:
-        subprocess.run(["iptables", "-I", *rule], check=True, capture_output=True)
-
-
-def _keygen(path: Path) -> None:
-    if not path.exists():
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", str(path)],
-            check=True,
-        )
+        remove_network(PREFIX, (h.veth for h in self.hosts.values()), BRIDGE)
+        ip("route", "del", "unreachable", INNER_NET, check=False)

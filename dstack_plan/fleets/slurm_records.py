@@ -1,0 +1,52 @@
+"""What a Slurm fleet's state entry records: the cluster, its login node's pinned key, and its
+partitions as they were last read.
+
+A Slurm fleet (`backends: [slurm]`) is capacity on a cluster, not machines: there is nothing to
+create or terminate. Its entry holds what a run needs to reach the cluster without the
+backends file (a destroy after the file changed, another project reading this one's state):
+the cluster's settings (no secret: an identity file's path, never a key) and the login node's
+host key, pinned on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from dstack_plan.config.slurm_backend import SlurmCluster
+from dstack_plan.providers.slurm.partitions import Partition
+from dstack_plan.state.identity_memo import IdentityMemo
+from dstack_plan.state.model import ResourceState
+
+
+class SlurmFleetRecord(BaseModel):
+    """The attributes of a Slurm fleet's state entry."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    cluster: SlurmCluster
+    pins: dict[str, str] = {}
+    """The login node's (and a jump host's) pinned host keys, by host name."""
+    partitions: tuple[Partition, ...] = ()
+    problem: str | None = None
+    """Why the last look at the cluster failed (the login node did not answer); None when
+    it answered."""
+
+    @property
+    def status(self) -> str:
+        return "unreachable" if self.problem else "active"
+
+    @classmethod
+    def of(cls, entry: ResourceState) -> SlurmFleetRecord:
+        """The record `entry` holds (read once per entry object)."""
+        return _RECORDS.get_or_make(entry, lambda e: cls.model_validate(e.attributes))
+
+    def to_attributes(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+    def partition(self, name: str) -> Partition | None:
+        return next((p for p in self.partitions if p.name == name), None)
+
+
+_RECORDS: IdentityMemo[ResourceState, SlurmFleetRecord] = IdentityMemo()

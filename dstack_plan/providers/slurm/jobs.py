@@ -1,0 +1,141 @@
+"""A Slurm cluster's jobs behind the job half of the agent's interface (`agent/jobs_api.py`).
+
+What reads and ends jobs (refresh, watch, `ps`, `logs`, `stop`, destroy) asks a cluster as it
+asks an agent. The differences are the engine's: a stop's SIGKILL is Slurm's cancel, left to
+the login node; the output is read from the shared filesystem, polled while it grows; a job
+is submitted with the rest of its run (`SlurmEngine.submit`), never alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from dstack_plan.agent.api_models import JobInfo, JobStatus, LogChunk
+from dstack_plan.agent.jobs_api import JobsAPI
+from dstack_plan.errors import AgentError
+from dstack_plan.providers.slurm.engine import SlurmEngine
+
+FOLLOW_POLL = 1.0
+"""Seconds between reads of a followed job's output while it has nothing new."""
+
+
+class SlurmJobs:
+    """`JobsAPI` over one cluster's `SlurmEngine`."""
+
+    def __init__(self, engine: SlurmEngine):
+        self.engine = engine
+        self.host = engine.name
+
+    async def list_jobs(
+        self, status: JobStatus | str | None = None, run_name: str | None = None
+    ) -> list[JobInfo]:
+        jobs = await self.engine.list_jobs(run_name=run_name)
+        if status is None:
+            return jobs
+        return [j for j in jobs if j.status is JobStatus(status)]
+
+    async def get_job(self, job_id: str, wait: int = 0) -> JobInfo:
+        # an agent can hold its answer; a poll of the cluster is the same question later
+        return await self.engine.get_job(job_id)
+
+    async def stop(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        abort: bool = False,
+        reason: str | None = None,
+    ) -> JobInfo:
+        grace = timeout if timeout is not None else await self._stop_timeout(job_id)
+        return await self.engine.stop(job_id, grace, abort=abort)
+
+    async def stop_and_remove(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        reason: str | None = None,
+        wait: int = 10,
+    ) -> tuple[JobInfo, bool]:
+        info = await self.stop(job_id, timeout=timeout, reason=reason)
+        clock = self.engine.clock
+        deadline = clock.now() + wait
+        while not info.finished and clock.now() < deadline:
+            await clock.sleep(FOLLOW_POLL)
+            info = await self.get_job(job_id)
+        if not info.finished:
+            return info, False
+        await self.engine.delete(job_id)
+        return info, True
+
+    async def wait(self, job_id: str, timeout: float, poll_interval: float = 0.1) -> JobInfo:
+        clock = self.engine.clock
+        deadline = clock.now() + timeout
+        while True:
+            info = await self.get_job(job_id)
+            if info.finished:
+                return info
+            if clock.now() >= deadline:
+                raise AgentError(
+                    self.host, f"job {job_id} still {info.status.value} after {timeout:g}s"
+                )
+            await clock.sleep(max(poll_interval, FOLLOW_POLL))
+
+    async def delete(self, job_id: str, force: bool = False) -> None:
+        if not force and not (await self.get_job(job_id)).finished:
+            raise AgentError(self.host, f"job {job_id} still runs: stop it first", status=409)
+        await self.engine.delete(job_id)
+
+    async def logs(
+        self,
+        job_id: str,
+        offset: int = 0,
+        limit: int | None = None,
+        wait: int = 0,
+        since: float | None = None,
+    ) -> LogChunk:
+        if limit is None:
+            data, size, ended = await self.engine.logs(job_id, offset)
+        else:
+            data, size, ended = await self.engine.logs(job_id, offset, limit)
+        end = offset + len(data)
+        return LogChunk(
+            job_id=job_id,
+            offset=offset,
+            next_offset=end,
+            size=size,
+            complete=ended and end >= size,
+            data=data,
+        )
+
+    async def read_all_logs(self, job_id: str, offset: int = 0) -> bytes:
+        parts = []
+        while True:
+            chunk = await self.logs(job_id, offset)
+            parts.append(chunk.data)
+            if not chunk.data or chunk.next_offset >= (chunk.size or 0):
+                return b"".join(parts)
+            offset = chunk.next_offset
+
+    async def follow_logs(
+        self,
+        job_id: str,
+        offset: int = 0,
+        idle_timeout: int = 30,
+        since: float | None = None,
+    ) -> AsyncIterator[LogChunk]:
+        position = offset
+        while True:
+            chunk = await self.logs(job_id, position)
+            if chunk.data:
+                yield chunk
+                position = chunk.next_offset
+                continue
+            if chunk.complete:
+                return
+            await self.engine.clock.sleep(FOLLOW_POLL)
+
+    async def _stop_timeout(self, job_id: str) -> float:
+        return (await self.get_job(job_id)).stop_timeout
+
+
+def _conforms(jobs: SlurmJobs) -> JobsAPI:
+    return jobs  # mypy checks that SlurmJobs is a JobsAPI

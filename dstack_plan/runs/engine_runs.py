@@ -1,0 +1,171 @@
+"""Runs on a Slurm fleet: one submission to the cluster; its scheduler places and starts them.
+
+Where runs on other fleets are placed on machines by our scheduler and handed to our agent on
+each, a run on a Slurm fleet goes to a partition (the first whose nodes have what one node of
+the run asks: `providers/slurm/request.py`) as one Slurm job of all its nodes, and Slurm's
+queueing, fair share and accounting decide when and where it starts. Its jobs are recorded
+like any run's, their host being the cluster's name, so refresh, watch, `ps`, `logs` and
+`stop` reach them through the fleet's `JobsAPI` (`FleetMachines.jobs_api`).
+
+What a Slurm cluster cannot run yet is refused here, at plan time and again at apply: an
+`image:` where the backend has no container support, services and dev environments (no
+proxy reaches a compute node yet), local `files:` / `repos:`, network volumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dstack_plan.agent.api_models import JobInfo
+from dstack_plan.apply.handlers import ApplyContext
+from dstack_plan.config.runs import RunSpec, TaskSpec
+from dstack_plan.config.secrets import SecretStore
+from dstack_plan.errors import ProviderError
+from dstack_plan.fleets.machines import FleetMachines, Machine
+from dstack_plan.fleets.slurm_records import SlurmFleetRecord
+from dstack_plan.plan.model import Placement
+from dstack_plan.providers.base import Instance
+from dstack_plan.providers.names import SLURM
+from dstack_plan.providers.slurm.engine import SlurmEngine
+from dstack_plan.providers.slurm.partitions import Partition, describe
+from dstack_plan.providers.slurm.request import choose_partition, slurm_request
+from dstack_plan.providers.slurm.script import Container, SlurmRequest
+from dstack_plan.runs.jobs import JobContext, build_job, run_kind, slots, stop_seconds
+from dstack_plan.runs.submission import Submitted
+from dstack_plan.state.model import State
+
+QUEUED_AFTER = 5.0
+"""Seconds past now from which Slurm's estimated start means the run waits in its queue."""
+
+
+def engine_refusal(spec: RunSpec, record: SlurmFleetRecord) -> str | None:
+    """Why fleet `record` cannot run `spec` in this version; None when it can."""
+    kind = run_kind(spec)
+    if not isinstance(spec, TaskSpec):
+        return f"{kind}s cannot run on a Slurm fleet yet (tasks can)"
+    if spec.image and record.cluster.containers == "none":
+        return (
+            f"image {spec.image!r}: cluster {record.cluster.name} runs no containers "
+            "(containers: none in .dstack/backends.yml); drop `image:` to run the commands on "
+            "the nodes, or set containers: pyxis or apptainer where the site has them"
+        )
+    if spec.files or spec.repos:
+        return "files: and repos: are not sent to Slurm clusters yet (use the shared filesystem)"
+    if spec.volumes:
+        return "volumes: are not mounted on Slurm clusters yet (use the shared filesystem)"
+    if spec.groups:
+        return "node groups cannot run on a Slurm fleet yet (one shape for every node)"
+    return None
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """Where a run goes on a Slurm fleet and what it asks for there."""
+
+    partition: Partition
+    request: SlurmRequest
+    container: Container | None
+
+
+def plan_run(spec: RunSpec, record: SlurmFleetRecord, comment: str | None = None) -> EnginePlan:
+    """The partition and request of `spec` on fleet `record` (the same at plan and at
+    apply); ProviderError saying why when it cannot go there."""
+    why = engine_refusal(spec, record)
+    if why is not None:
+        raise ProviderError(SLURM, why)
+    assert isinstance(spec, TaskSpec)
+    nodes = spec.node_count()
+    chosen = choose_partition(spec.resources, nodes, record.partitions)
+    if isinstance(chosen, str):
+        raise ProviderError(
+            SLURM, f"no partition of cluster {record.cluster.name} can take it: {chosen}"
+        )
+    request = slurm_request(
+        spec.resources,
+        chosen,
+        record.cluster,
+        nodes=nodes,
+        max_duration=None if spec.max_duration in (None, "off") else float(spec.max_duration),
+        stop_seconds=stop_seconds(spec),
+        comment=comment,
+    )
+    container = None
+    if spec.image:
+        container = Container(record.cluster.containers, spec.image, gpus=bool(request.gres))
+    return EnginePlan(chosen, request, container)
+
+
+def placement_note(plan: EnginePlan, record: SlurmFleetRecord) -> str:
+    """What the plan shows of a run on a Slurm fleet: the partition and the request."""
+    options = " ".join(o for o in plan.request.options() if not o.startswith("--job-name"))
+    return f"Slurm {record.cluster.name}, partition {plan.partition.name}: sbatch {options}"
+
+
+async def plan_placement(
+    machines: FleetMachines, fleet: str, spec: RunSpec, state: State, now: float
+) -> Placement:
+    """Where a run would go on Slurm fleet `fleet`, with Slurm's own estimate of its start
+    (`sbatch --test-only`: nothing is queued); placed False with the reason when no
+    partition can ever take it."""
+    entry = machines.recorded(fleet, state)
+    assert entry is not None
+    record = SlurmFleetRecord.of(entry)
+    try:
+        plan = plan_run(spec, record)
+    except ProviderError as e:
+        partitions = describe(record.partitions)
+        return Placement(
+            fleet=fleet, provider=SLURM, placed=False, note=f"{e.detail} [{partitions}]"
+        )
+    note = placement_note(plan, record)
+    estimate = await machines.engine(fleet, state).estimate(plan.request)
+    start = estimate.start
+    # Slurm's clock has whole seconds: a start within the next few is a start now
+    waits = start is not None and start > now + QUEUED_AFTER
+    if waits:
+        note += f"; Slurm queues it ({estimate.message})"
+    return Placement(
+        fleet=fleet,
+        provider=SLURM,
+        hosts=(record.cluster.name,),
+        placed=True,
+        pending=waits,
+        note=note,
+        estimated_start=start if waits else None,
+    )
+
+
+def cluster_machine(fleet: str, record: SlurmFleetRecord) -> Machine:
+    """The cluster as the one "machine" a Slurm fleet's jobs record (`JobRecord.host`)."""
+    cluster = record.cluster
+    instance = Instance(
+        provider=SLURM,
+        id=cluster.name,
+        name=cluster.name,
+        fleet=fleet,
+        hostname=cluster.hostname,
+        region=cluster.name,
+    )
+    return Machine(
+        fleet=fleet, provider=SLURM, host=cluster.name, address=cluster.name, instance=instance
+    )
+
+
+async def submit_run(
+    engine: SlurmEngine,
+    record: SlurmFleetRecord,
+    fleet: str,
+    spec: RunSpec,
+    context: JobContext,
+    secrets: SecretStore,
+    ctx: ApplyContext,
+    address: str,
+) -> list[Submitted]:
+    """Submit `spec`'s jobs to the cluster as one Slurm job: what was submitted, per slot."""
+    plan = plan_run(spec, record, comment=f"{context.deployment}/{context.run_name}")
+    machine = cluster_machine(fleet, record)
+    wanted = slots(spec)
+    jobs = [build_job(spec, slot, context, secrets, ctx.run_args) for slot in wanted]
+    ctx.progress(address, placement_note(plan, record))
+    infos: list[JobInfo] = await engine.submit(plan.request, jobs, plan.container)
+    return [Submitted(info, slot, machine) for info, slot in zip(infos, wanted, strict=True)]

@@ -1,0 +1,104 @@
+"""A Slurm fleet end to end, through the CLI, on a real cluster (tests/infra/slurm_cluster.py):
+plan shows the partition and what is asked of Slurm, apply submits through the login node,
+`ps` and `logs` read the jobs, destroy leaves nothing in squeue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.e2e.conftest import Dstack
+from tests.e2e.test_local_flow import state, wait_for_status
+from tests.infra.slurm_cluster import SlurmTestCluster
+
+PRINT_WIRING = (
+    'echo "rank=$DSTACK_NODE_RANK of=$DSTACK_NODES_NUM master=$DSTACK_MASTER_NODE_IP'
+    ' ips=$(echo $DSTACK_NODES_IPS | tr " " ,) gpus=$DSTACK_GPUS_PER_NODE host=$(hostname)"'
+)
+
+
+def backends(cluster: SlurmTestCluster, work: Path) -> str:
+    return (
+        "backends:\n"
+        "  - type: slurm\n"
+        "    clusters:\n"
+        "      - name: hpc\n"
+        f"        hostname: {cluster.login_address}\n"
+        "        user: root\n"
+        f"        identity_file: {cluster.client_key}\n"
+        "        gpu_partitions:\n"
+        "          - gpu: A100\n"
+        "            partitions: [gpu]\n"
+        "        cpu_partitions: [cpu]\n"
+        f"        work_dir: {work}\n"
+    )
+
+
+FLEET = "type: fleet\nname: cluster\nbackends: [slurm]\n"
+
+
+def task(name: str, nodes: int, commands: list[str], resources: str) -> str:
+    return (
+        f"type: task\nname: {name}\nnodes: {nodes}\nfleets: [cluster]\n"
+        f"commands: {json.dumps(commands)}\nstop_duration: 2s\nresources: {resources}\n"
+    )
+
+
+def squeued(cluster: SlurmTestCluster) -> str:
+    return cluster.run("squeue", "-h", "-t", "PENDING,RUNNING", "-o", "%j").stdout
+
+
+def test_a_two_node_task_and_a_gpu_task_on_a_slurm_fleet(
+    dstack: Dstack, tmp_path: Path, slurm_cluster: SlurmTestCluster
+) -> None:
+    project = tmp_path / "project"
+    (project / ".dstack").mkdir(parents=True)
+    (project / ".dstack" / "backends.yml").write_text(backends(slurm_cluster, tmp_path / "work"))
+    (project / "fleet.dstack.yml").write_text(FLEET)
+    small = "{cpu: 1.., memory: 0.2GB..}"
+    (project / "ranks.dstack.yml").write_text(task("ranks", 2, [PRINT_WIRING], small))
+
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    row = wait_for_status(dstack, "task.ranks", {"done", "failed"}, timeout=120)
+    assert row["status"] == "done", row
+    resources = state(project)["resources"]
+    fleet = resources["fleet.cluster"]
+    assert fleet["provider"] == "slurm" and fleet["status"] == "active"
+    assert [p["name"] for p in fleet["attributes"]["partitions"]] == ["gpu", "cpu"]
+    assert [(j["node"], j["host"]) for j in resources["task.ranks"]["attributes"]["jobs"]] == [
+        (0, "hpc"),
+        (1, "hpc"),
+    ]
+    subnet = slurm_cluster.login_address.rsplit(".", 1)[0]
+    ips = f"{subnet}.11,{subnet}.12"
+    for node, host in enumerate(("cpu1", "cpu2")):
+        logs = dstack("logs", "ranks", "--job", str(node))
+        assert logs.returncode == 0, logs.stderr
+        assert logs.stdout == (
+            f"rank={node} of=2 master={subnet}.11 ips={ips} gpus=0 host={host}\n"
+        )
+
+    # with the fleet in state, the plan says where a run goes and what Slurm is asked
+    gpu_task = task("gpus", 1, ["sleep 300"], "{cpu: 1.., memory: 0.2GB.., gpu: A100:2}")
+    (project / "gpus.dstack.yml").write_text(gpu_task)
+    planned = dstack("plan")
+    assert planned.returncode == 0, planned.stderr
+    assert "partition gpu: sbatch --partition=gpu --nodes=1" in planned.stdout
+    assert "--gres=gpu:2" in planned.stdout
+    (project / "big.dstack.yml").write_text(task("big", 3, ["true"], small))
+    refused = dstack("plan")
+    assert refused.returncode == 1
+    assert "task.big cannot run on fleet cluster" in refused.stderr
+    assert "cpu: has 2 usable node(s), the run needs 3" in refused.stderr
+    (project / "big.dstack.yml").unlink()
+
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_for_status(dstack, "task.gpus", {"running"}, timeout=120)
+    assert "gpus-0-0-" in squeued(slurm_cluster)
+
+    destroyed = dstack("destroy", "-y")
+    assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+    assert squeued(slurm_cluster).strip() == ""
+    assert list((tmp_path / "work").iterdir()) == []

@@ -11,7 +11,7 @@ from dstack_plan.cli import common
 
 if TYPE_CHECKING:
     from dstack_plan.config.resources import ResourcesSpec
-    from dstack_plan.inspect.offers import OfferRow, OfferView
+    from dstack_plan.inspect.offer_rows import OfferRow, OfferView
 
 UNMATCHED_SHOWN = 10
 """Machines that do not match listed in the table (--json lists every one)."""
@@ -27,24 +27,26 @@ def offer(
     backend: str = typer.Option(
         None,
         "--backend",
-        help="Only the offers of this cloud backend of .dstack/backends.yml (aws), no hosts.",
+        help="Only the offers of this backend of .dstack/backends.yml (aws; slurm: the Slurm "
+        "fleets' partitions), no hosts.",
     ),
     state: str = common.StateOpt,
     as_json: bool = common.JsonOpt,
 ) -> None:
     """List the machines a job with these resources could run on, cheapest first.
 
-    The machines are this one (fleet `local`), the hosts of every SSH fleet in state and the
-    offers of the cloud backends .dstack/backends.yml configures (instance types from the
-    catalogue shipped with dstack-plan, in the regions the backend offers them, on-demand
-    and spot); --backend lists one backend's offers only. Resources not given take the
-    defaults a run without `resources:` gets (cpu=2.. mem=8GB.. disk=100GB..). A fleet's host
-    matches when it can give the lower bounds (it is shared); AVAILABILITY says idle, available
-    (jobs run there, the GPUs asked for are free) or busy, with what runs there. Machines that
-    do not match are listed below the table, with why. --json gives {requirements, offers:
-    [{fleet, provider, host, region, cpus, memory_gb, disk_gb, gpus: [{name, memory_mib}],
-    price_per_hour, availability, free_gpus, held_by, error}], unmatched: [{fleet, host,
-    reason}], notes}. Nothing is written to state.
+    The machines are this one (fleet `local`), the hosts of every SSH fleet in state, the
+    partitions of every Slurm fleet in state (one row each: what one node has, how many are
+    idle) and the offers of the cloud backends .dstack/backends.yml configures (instance
+    types from the catalogue shipped with dstack-plan, in the regions the backend offers
+    them, on-demand and spot); --backend lists one backend's offers only. Resources not
+    given take the defaults a run without `resources:` gets (cpu=2.. mem=8GB.. disk=100GB..).
+    A fleet's host matches when it can give the lower bounds (it is shared); AVAILABILITY
+    says idle, available (jobs run there, the GPUs asked for are free) or busy, with what
+    runs there. Machines that do not match are listed below the table, with why. --json
+    gives {requirements, offers: [{fleet, provider, host, region, cpus, memory_gb, disk_gb,
+    gpus: [{name, memory_mib}], price_per_hour, availability, free_gpus, held_by, error}],
+    unmatched: [{fleet, host, reason}], notes}. Nothing is written to state.
     """
     from dstack_plan.cli.output import print_json, print_table
     from dstack_plan.inspect.offers import list_offers
@@ -117,7 +119,9 @@ def _render(view: OfferView) -> Any:
 
 
 def _resources(row: OfferRow) -> str:
-    text = f"cpu={row.cpus} mem={row.memory_gb:g}GB disk={row.disk_gb:g}GB"
+    text = f"cpu={row.cpus} mem={row.memory_gb:g}GB"
+    if row.disk_gb:  # a Slurm partition's 0: disk is not Slurm's to grant
+        text += f" disk={row.disk_gb:g}GB"
     if row.gpus:
         first = row.gpus[0]
         memory = f":{round(first.memory_mib / 1024)}GB" if first.memory_mib else ""

@@ -2,9 +2,10 @@
 
     view = await list_offers(project, ResourcesSpec.model_validate({"gpu": "A100:2"}))
 
-The machines are this one (the `local` fleet), the hosts of every SSH fleet in state, and the
-offers of the cloud backends `.dstack/backends.yml` configures (`providers/configured.py`;
-just one backend's offers with `backend=`).
+The machines are this one (the `local` fleet), the hosts of every SSH fleet in state, the
+partitions of every Slurm fleet in state (`inspect/slurm_offers.py`), and the offers of the
+cloud backends `.dstack/backends.yml` configures (`providers/configured.py`; just one
+backend's offers with `backend=`, `slurm` for the partitions alone).
 A fleet's host is shared by the jobs placed on it, so it matches when it can give the lower
 bounds (`providers.matching.static_mismatch`); a provider's offer is a whole machine, so every
 range must hold it (`offer_mismatch`). Each host's agent is asked what runs there, to say
@@ -18,9 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING
 
 from dstack_plan.config.gpu_share import WHOLE
 from dstack_plan.config.resources import ResourcesSpec
@@ -28,7 +27,14 @@ from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.fleets.host_load import BusyJob, busy_jobs
 from dstack_plan.fleets.host_status import IDLE, UNREACHABLE, host_status
 from dstack_plan.fleets.machines import Machine
-from dstack_plan.providers.base import MachineResources, Offer
+from dstack_plan.inspect.offer_rows import (
+    Availability,
+    OfferRow,
+    OfferView,
+    Unmatched,
+    row_resources,
+)
+from dstack_plan.providers.base import Offer
 from dstack_plan.providers.configured import cloud_providers
 from dstack_plan.providers.local import LOCAL_FLEET, LOCAL_PROVIDER
 from dstack_plan.providers.matching import (
@@ -37,7 +43,7 @@ from dstack_plan.providers.matching import (
     offer_mismatch,
     static_mismatch,
 )
-from dstack_plan.providers.names import CLOUDS, HOST_FLEET_PROVIDERS
+from dstack_plan.providers.names import CLOUDS, HOST_FLEET_PROVIDERS, SLURM
 from dstack_plan.providers.registry import GROUP, provider_class
 from dstack_plan.scheduler.occupancy import gpu_free, take
 from dstack_plan.sharing.imports import imported_fleet_names
@@ -53,65 +59,8 @@ HOST_PROVIDERS = frozenset({LOCAL_PROVIDER, "ssh"})
 HOST_TIMEOUT = 15.0
 """Seconds a host's agent gets to list its jobs."""
 PARALLELISM = 32
-
-Availability = Literal[
-    "idle", "available", "busy", "unreachable", "not_available", "no_quota", "unknown"
-]
 _LAST = frozenset({"busy", "unreachable", "not_available", "no_quota"})
-
-
-class GPUInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    memory_mib: int
-
-
-class OfferRow(BaseModel):
-    """A machine that matches (`--json` prints these under `offers`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    fleet: str | None
-    """The fleet the host is in; None for a provider's offer (a machine not created yet)."""
-    provider: str
-    host: str
-    """The host's name in its fleet, or the offer's instance type."""
-    region: str
-    cpus: int
-    memory_gb: float
-    disk_gb: float
-    gpus: tuple[GPUInfo, ...]
-    price_per_hour: float
-    availability: Availability
-    free_gpus: int | None
-    """GPUs no job holds now; None when not known (the host did not answer, an offer)."""
-    held_by: tuple[str, ...]
-    """What runs there now (`task.train`, `x (another project)`), oldest first."""
-    error: str | None = None
-    """Why the host's jobs are not known (unreachable, agent down)."""
-
-
-class Unmatched(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    fleet: str | None
-    host: str
-    reason: str
-
-
-class OfferView(BaseModel):
-    """`dstack offer --json`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    requirements: str
-    """What was asked for, as `cpu=2.. mem=8GB.. disk=100GB.. gpu=A100:2`."""
-    offers: tuple[OfferRow, ...]
-    """Available first, then cheapest; ties in fleet and host order."""
-    unmatched: tuple[Unmatched, ...]
-    notes: tuple[str, ...]
-    """Providers that could not be asked, and that no cloud offers exist."""
+"""Availabilities listed after the others."""
 
 
 def offer_fleets(state: State) -> list[str]:
@@ -128,7 +77,8 @@ async def list_offers(
     project: Project, requirements: ResourcesSpec, backend: str | None = None
 ) -> OfferView:
     """The machines that match `requirements`, with availability; see the module doc.
-    `backend`: only the offers of that configured cloud backend (no fleet hosts)."""
+    `backend`: only the offers of that configured cloud backend (no fleet hosts), or with
+    `slurm` only the partitions of the Slurm fleets."""
     state = project.backend.read().state
     deployment = str(project.deployment)
     rows: list[OfferRow] = []
@@ -158,7 +108,20 @@ async def list_offers(
                 return await _host_row(project, machine, state, deployment, requirements)
 
         rows += await asyncio.gather(*(row(m) for m in matching))
-    cloud, notes = await _provider_offers(project, state.lineage, requirements, backend, unmatched)
+    cloud: list[OfferRow] = []
+    notes: list[str] = []
+    if backend in (None, SLURM):  # each partition of the Slurm fleets in state
+        from dstack_plan.inspect.slurm_offers import slurm_rows
+
+        partitions, missed = await slurm_rows(project, state, requirements)
+        rows += partitions
+        unmatched += missed
+        if backend == SLURM and not partitions and not missed:
+            notes.append("no Slurm fleet in state: apply one first (docs/slurm.md)")
+    if backend != SLURM:
+        cloud, notes = await _provider_offers(
+            project, state.lineage, requirements, backend, unmatched
+        )
     ranked = sorted(
         enumerate([*rows, *cloud]),
         key=lambda item: (item[1].availability in _LAST, item[1].price_per_hour, item[0]),
@@ -215,7 +178,7 @@ async def _host_row(
         free_gpus=None if free is None else max(free, 0),
         held_by=held,
         error=error,
-        **_resources(resources),
+        **row_resources(resources),
     )
 
 
@@ -280,14 +243,5 @@ def _offer_row(offer: Offer) -> OfferRow:
         availability=offer.availability,
         free_gpus=None,
         held_by=(),
-        **_resources(offer.resources),
+        **row_resources(offer.resources),
     )
-
-
-def _resources(resources: MachineResources) -> dict[str, Any]:
-    return {
-        "cpus": resources.cpus,
-        "memory_gb": resources.memory_gb,
-        "disk_gb": resources.disk_gb,
-        "gpus": tuple(GPUInfo(name=g.name, memory_mib=g.memory_mib) for g in resources.gpus),
-    }

@@ -36,7 +36,7 @@ async def stop_listed(
     address = job_label(info, "address") or info.run_name
     timeout = info.spec.get("stop_timeout") if isinstance(info.spec, dict) else None
     try:
-        agent = await tick.project.machines.agent(fleet, host, tick.state)
+        agent = await tick.project.machines.jobs_api(fleet, host, tick.state)
         stopped = await agent.stop(info.id, timeout=float(timeout or 0.0), reason=reason)
     except DstackPlanError as e:
         log.warning("fleet.%s, %s: could not stop %s (%s): %s", fleet, host, info.id, address, e)

@@ -79,6 +79,25 @@ def test_a_two_node_task_and_a_gpu_task_on_a_slurm_fleet(
             f"rank={node} of=2 master={subnet}.11 ips={ips} gpus=0 host={host}\n"
         )
 
+    # `dstack offer` lists the partitions: what one node has, how many nodes are idle
+    offered = dstack("offer", "--gpu", "A100:2", "--cpu", "1..", "--memory", "0.2GB..", "--json")
+    assert offered.returncode == 0, offered.stderr
+    view = json.loads(offered.stdout)
+    slurm = [r for r in view["offers"] if r["provider"] == "slurm"]
+    assert [(r["fleet"], r["host"], r["availability"]) for r in slurm] == [
+        ("cluster", "hpc/gpu (2 of 2 nodes idle)", "idle")
+    ]
+    assert [g["name"] for g in slurm[0]["gpus"]] == ["A100", "A100"]
+    assert {
+        "fleet": "cluster",
+        "host": "hpc/cpu",
+        "reason": "a CPU partition: its nodes have no GPUs",
+    } in (view["unmatched"])
+    only = dstack("offer", "--backend", "slurm", "--cpu", "1..", "--memory", "0.2GB..", "--json")
+    rows = json.loads(only.stdout)["offers"]
+    # the cpu partition alone: a run without GPUs never takes a GPU partition's nodes
+    assert [(r["provider"], r["host"]) for r in rows] == [("slurm", "hpc/cpu (2 of 2 nodes idle)")]
+
     # with the fleet in state, the plan says where a run goes and what Slurm is asked
     gpu_task = task("gpus", 1, ["sleep 300"], "{cpu: 1.., memory: 0.2GB.., gpu: A100:2}")
     (project / "gpus.dstack.yml").write_text(gpu_task)

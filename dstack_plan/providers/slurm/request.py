@@ -48,19 +48,27 @@ def choose_partition(
     """The first partition whose nodes meet `resources` with `nodes` usable nodes; else
     why none does, partition by partition."""
     reasons = []
-    wants_gpus = gpus_wanted(resources.gpu) > 0
     for partition in partitions:
-        if wants_gpus != (partition.gpu is not None):
-            kind = "a GPU" if partition.gpu else "a CPU"
-            reasons.append(f"{partition.name}: {kind} partition")
-            continue
-        why = static_mismatch(resources, node_resources(partition))
-        if why is None and partition.usable < nodes:
-            why = f"has {partition.usable} usable node(s), the run needs {nodes}"
+        why = partition_mismatch(resources, partition, nodes)
         if why is None:
             return partition
         reasons.append(f"{partition.name}: {why}")
     return "; ".join(reasons) or "the backend config names no partitions"
+
+
+def partition_mismatch(
+    resources: ResourcesSpec, partition: Partition, nodes: int = 1
+) -> str | None:
+    """Why a run of `nodes` nodes asking `resources` per node cannot go to `partition`;
+    None when it can. A run without GPUs never takes a GPU partition's nodes."""
+    if (gpus_wanted(resources.gpu) > 0) != (partition.gpu is not None):
+        if partition.gpu:
+            return "a GPU partition: runs without GPUs go to the CPU partitions"
+        return "a CPU partition: its nodes have no GPUs"
+    why = static_mismatch(resources, node_resources(partition))
+    if why is None and partition.usable < nodes:
+        why = f"has {partition.usable} usable node(s), the run needs {nodes}"
+    return why
 
 
 def slurm_request(

@@ -237,9 +237,13 @@ class LocalBackend(StateBackend):
                 st = os.fstat(f.fileno())
                 inode = (st.st_dev, st.st_ino)
                 known = self._journaled
+                # read on only in a journal that continues this base: one of lines a fold
+                # took in already (read between the fold's rename and its unlink) is about
+                # to go, and the next journal may get its inode number back
                 if (
                     known is not None
                     and (known.base, known.journal) == (identity, inode)
+                    and known.replayed.applied > 0
                     and known.replayed.valid_end == known.size <= st.st_size
                 ):
                     if known.size == st.st_size:

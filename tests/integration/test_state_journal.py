@@ -226,3 +226,37 @@ def test_a_failed_append_leaves_the_state_as_it_was(
     after = commit(backend, lambda s: s.with_resource(entry("task.after")))
     assert after.state.serial == before.state.serial + 1
     assert LocalBackend(path).read().state == after.state
+
+
+def test_a_reader_that_saw_a_folded_journal_reads_the_next_one_whole(tmp_path: Path) -> None:
+    """A reader can find the journal a fold took in still there (read between the fold's
+    rename and its unlink): every line is already in the file. The next journal may get the
+    freed inode number back, so that reader must not read on from the old one's length in
+    the new one (it would miss commits and, writing, cut them off). Inode reuse is played
+    here by emptying the very file in place."""
+    path = tmp_path / "state.json"
+    writer = LocalBackend(path)
+    _fill(writer, 20)
+    for i in range(3):
+        commit(writer, lambda s, i=i: s.with_resource(entry(f"task.a{i}", i=i)))
+    folded_lines = writer.journal_path.read_bytes()
+    with writer.exclusive():  # a fold (compact folds only a large journal: by hand here)
+        writer._replace(writer.read().state, keep_backup=True)
+    # ... and the reader comes before the fold removes the journal
+    reader = LocalBackend(path)
+    assert reader.read().state.serial == writer.read().state.serial == 4
+    with writer.journal_path.open("r+b") as f:  # the next journal, on the same inode
+        f.truncate(0)
+    assert writer.journal_path.read_bytes() == b""
+    for i in range(6):  # more than the old one held, so the reader could read on
+        commit(writer, lambda s, i=i: s.with_resource(entry(f"task.b{i}", i=i, pad="y" * 50)))
+    assert writer.journal_path.stat().st_size > len(folded_lines)
+
+    seen = reader.read()
+    assert seen.state.serial == 10
+    assert {f"task.b{i}" for i in range(6)} <= set(seen.state.resources)
+    # and a commit through that reader loses none of them
+    commit(reader, lambda s: s.with_resource(entry("task.c")))
+    final = LocalBackend(path).read().state
+    assert final.serial == 11
+    assert {f"task.b{i}" for i in range(6)} | {"task.c"} <= set(final.resources)

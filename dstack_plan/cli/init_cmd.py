@@ -1,11 +1,12 @@
 """`dstack init`: prepare a project directory, choose where its state lives
-(`--backend local|s3`: .dstack/backend.yml) and which clouds it uses
-(`--backend aws|gcp|azure`: .dstack/backends.yml)."""
+(`--backend local|s3`: .dstack/backend.yml), which clouds it uses
+(`--backend aws|gcp|azure`: .dstack/backends.yml) and which Slurm clusters
+(`--backend slurm`: .dstack/backends.yml)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -21,8 +22,24 @@ def init(
         None,
         "--backend",
         help="local or s3: where the state lives (writes .dstack/backend.yml). aws, gcp or "
-        "azure: a cloud to create instances in (adds it to .dstack/backends.yml).",
+        "azure: a cloud to create instances in; slurm: a Slurm cluster to submit runs to "
+        "(adds it to .dstack/backends.yml).",
     ),
+    cluster: str = typer.Option(None, "--cluster", help="slurm: the cluster's name."),
+    login: str = typer.Option(
+        None, "--login", help="slurm: the login node, USER@HOST or USER@HOST:PORT."
+    ),
+    identity_file: str = typer.Option(
+        None, "--identity-file", help="slurm: the private key to log in with."
+    ),
+    gpu_partition: list[str] = typer.Option(
+        None, "--gpu-partition", help="slurm: MODEL=PARTITION[,PARTITION] (repeatable)."
+    ),
+    cpu_partition: list[str] = typer.Option(
+        None, "--cpu-partition", help="slurm: a partition without GPUs (repeatable)."
+    ),
+    account: str = typer.Option(None, "--account", help="slurm: sbatch --account."),
+    qos: str = typer.Option(None, "--qos", help="slurm: sbatch --qos."),
     project_id: str = typer.Option(None, "--project-id", help="gcp: the GCP project id."),
     subscription_id: str = typer.Option(
         None, "--subscription-id", help="azure: the Azure subscription id."
@@ -55,17 +72,37 @@ def init(
     `--backend aws [--region R] [--profile P]`, `--backend gcp --project-id P [--region R]` and
     `--backend azure --subscription-id S [--region R]` instead add that cloud to
     .dstack/backends.yml (replacing its entry, keeping the others): see docs/backends.md.
+    `--backend slurm --cluster NAME --login USER@HOST [--identity-file F] --gpu-partition
+    A100=gpu --cpu-partition cpu [--account A] [--qos Q]` adds a Slurm cluster (replacing
+    the one of that name): see docs/slurm.md.
     """
     from dstack_plan.cli.output import print_lines
     from dstack_plan.inspect.workspace import init_workspace
 
-    if backend is not None and backend not in ("local", "s3", *_CLOUDS):
+    if backend is not None and backend not in ("local", "s3", "slurm", *_CLOUDS):
         from dstack_plan.errors import DstackPlanError
 
         raise DstackPlanError(
-            f"--backend: expected local or s3 (state), or aws, gcp or azure (a cloud), "
+            f"--backend: expected local or s3 (state), aws, gcp or azure (a cloud), or slurm, "
             f"got {backend!r}"
         )
+    slurm_flags = {
+        "--cluster": cluster,
+        "--login": login,
+        "--identity-file": identity_file,
+        "--gpu-partition": gpu_partition or None,
+        "--cpu-partition": cpu_partition or None,
+        "--account": account,
+        "--qos": qos,
+    }
+    if backend == "slurm":
+        print_lines(_init_slurm(directory, slurm_flags))
+        return
+    given_slurm = [flag for flag, value in slurm_flags.items() if value]
+    if given_slurm:
+        from dstack_plan.errors import DstackPlanError
+
+        raise DstackPlanError(f"{', '.join(given_slurm)}: only for --backend slurm")
     if backend in _CLOUDS:
         cloud = _cloud_backend(
             backend,
@@ -122,6 +159,55 @@ def init(
 
 
 _CLOUDS = ("aws", "gcp", "azure")
+
+
+def _init_slurm(directory: Path, flags: dict[str, Any]) -> list[str]:
+    """Add the cluster the flags describe to .dstack/backends.yml (replacing the one of its
+    name); the lines to print."""
+    from dstack_plan.config.backends import BACKENDS_FILE, backend_config, save_backend
+    from dstack_plan.config.slurm_backend import SlurmBackend, cluster_from_flags, with_cluster
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.inspect.workspace import init_workspace
+
+    missing = [f for f in ("--cluster", "--login") if not flags[f]]
+    if missing or not (flags["--gpu-partition"] or flags["--cpu-partition"]):
+        raise DstackPlanError(
+            "--backend slurm needs --cluster NAME, --login USER@HOST and at least one "
+            "--gpu-partition MODEL=PARTITION or --cpu-partition PARTITION"
+        )
+    try:
+        found = cluster_from_flags(
+            flags["--cluster"],
+            flags["--login"],
+            identity_file=flags["--identity-file"],
+            gpu_partitions=flags["--gpu-partition"] or (),
+            cpu_partitions=flags["--cpu-partition"] or (),
+            account=flags["--account"],
+            qos=flags["--qos"],
+        )
+    except ValueError as e:  # pydantic's ValidationError is one
+        raise DstackPlanError(f"--backend slurm: {_first_error(e)}") from None
+    done = init_workspace(directory)
+    current = backend_config(directory, "slurm")
+    save_backend(
+        directory, with_cluster(current if isinstance(current, SlurmBackend) else None, found)
+    )
+    lines = [f"{d[0].upper()}{d[1:]}." for d in done]
+    lines.append(
+        f"Wrote {BACKENDS_FILE}: Slurm cluster {found.name} through "
+        f"{found.user}@{found.hostname}, partitions {', '.join(found.partitions)}."
+    )
+    return lines
+
+
+def _first_error(error: ValueError) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else str(first["msg"])
+    return str(error)
 
 
 def _cloud_backend(

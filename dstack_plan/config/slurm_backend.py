@@ -22,6 +22,7 @@ starts: we never log in to compute nodes. See docs/slurm.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -145,3 +146,49 @@ class SlurmBackend(Strict):
         if name is None:
             return self.clusters[0]
         return next((c for c in self.clusters if c.name == name), None)
+
+
+def cluster_from_flags(
+    name: str,
+    login: str,
+    *,
+    identity_file: str | None = None,
+    gpu_partitions: Sequence[str] = (),
+    cpu_partitions: Sequence[str] = (),
+    account: str | None = None,
+    qos: str | None = None,
+) -> SlurmCluster:
+    """The cluster `dstack init --backend slurm` describes: `login` as `USER@HOST[:PORT]`,
+    each GPU partition flag as `MODEL=PART[,PART...]`. ValueError (or pydantic's) saying
+    which flag is wrong."""
+    user, at, host = login.partition("@")
+    if not at or not user or not host:
+        raise ValueError(f"--login {login!r}: expected USER@HOST or USER@HOST:PORT")
+    hostname, colon, port = host.rpartition(":") if ":" in host else (host, "", "22")
+    if colon and not port.isdigit():
+        raise ValueError(f"--login {login!r}: the port must be a number")
+    gpus = []
+    for flag in gpu_partitions:
+        model, eq, parts = flag.partition("=")
+        if not eq or not model or not parts:
+            raise ValueError(f"--gpu-partition {flag!r}: expected MODEL=PARTITION[,PARTITION]")
+        gpus.append({"gpu": model, "partitions": parts.split(",")})
+    return SlurmCluster.model_validate(
+        {
+            "name": name,
+            "hostname": hostname,
+            "port": int(port),
+            "user": user,
+            "identity_file": identity_file,
+            "gpu_partitions": gpus,
+            "cpu_partitions": [p for flag in cpu_partitions for p in flag.split(",")],
+            "account": account,
+            "qos": qos,
+        }
+    )
+
+
+def with_cluster(backend: SlurmBackend | None, cluster: SlurmCluster) -> SlurmBackend:
+    """`backend` with `cluster` added, or in place of its cluster of the same name."""
+    kept = [c for c in backend.clusters if c.name != cluster.name] if backend else []
+    return SlurmBackend(type="slurm", clusters=[*kept, cluster])

@@ -167,14 +167,14 @@ async def _running_jobs(
 ) -> dict[HostKey, dict[str, JobInfo]]:
     """Each host (given with a run and a job on it) -> the running jobs its agent reports; a
     host that does not answer is left out (logged), so its jobs are judged again next tick."""
-    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.runs import job_jobs
 
     limit = asyncio.Semaphore(MAX_CONCURRENT_HOSTS)
 
     async def one(run: ResourceState, job: JobRecord) -> dict[str, JobInfo] | None:
         async with limit:
             try:
-                agent = await job_agent(tick.project, run, job, tick.state)
+                agent = await job_jobs(tick.project, run, job, tick.state)
                 return {i.id: i for i in await agent.list_jobs(status=RUNNING)}
             except DstackPlanError as e:
                 log.warning("limits: cannot ask %s for its jobs: %s", job.host, e)
@@ -189,7 +189,7 @@ async def _stop(
     tick: Tick, w: _Watched, job: JobRecord, info: JobInfo, breach: Breach
 ) -> Event | None:
     """Stop `job` for `breach`; the event that says so, or None when the stop failed."""
-    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.runs import job_jobs
     from dstack_plan.inspect.stop import stop_timeout
 
     address = w.run.address
@@ -203,7 +203,7 @@ async def _stop(
         "span_id": span,
     }
     try:
-        agent = await job_agent(tick.project, w.run, job, tick.state)
+        agent = await job_jobs(tick.project, w.run, job, tick.state)
         stopped = await agent.stop(job.id, timeout=stop_timeout(w.run), reason=breach.reason)
     except DstackPlanError as e:
         log.warning("%s: could not stop %s (%s): %s", address, job.id, breach.message, e)

@@ -22,7 +22,7 @@ class GangStops:
     name = "gang"
 
     async def act(self, tick: Tick) -> Acted:
-        from dstack_plan.inspect.runs import job_agent, job_records
+        from dstack_plan.inspect.runs import job_jobs, job_records
         from dstack_plan.inspect.stop import stop_timeout
 
         for run in tick.state.resources.values():
@@ -48,7 +48,7 @@ class GangStops:
                     extra={"event": "gang_stop", **extra},
                 )
                 try:
-                    agent = await job_agent(tick.project, run, job, tick.state)
+                    agent = await job_jobs(tick.project, run, job, tick.state)
                     timeout = stop_timeout(run)
                     await agent.stop(job.id, timeout=timeout, reason=TERMINATED_BY_SERVER)
                 except DstackPlanError as e:

@@ -78,7 +78,7 @@ def _broken(over: list[Violation], record: RunRecord) -> Violation | None:
 async def _stop(tick: Tick, run: ResourceState, job: JobRecord, why: Violation) -> Event | None:
     """Stop `job` for `why`; the event that says so, or None when the stop failed (logged: the
     next tick tries again)."""
-    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.runs import job_jobs
     from dstack_plan.inspect.stop import stop_timeout
 
     span = run_span_id(run)
@@ -87,7 +87,7 @@ async def _stop(tick: Tick, run: ResourceState, job: JobRecord, why: Violation) 
     if why.user is None and user is not None:
         text += f" (run of user {user})"  # the namespace's limit: say whose run it stops
     try:
-        agent = await job_agent(tick.project, run, job, tick.state)
+        agent = await job_jobs(tick.project, run, job, tick.state)
         stopped = await agent.stop(job.id, timeout=stop_timeout(run), reason=TERMINATED_BY_SERVER)
     except DstackPlanError as e:
         log.warning("%s: could not stop %s (%s): %s", run.address, job.id, text, e)

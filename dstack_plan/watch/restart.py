@@ -176,7 +176,7 @@ async def _stopped(
     `terminated_by_server`) and waited for; the records as their agents say last. A job
     given up for its host (watch/reachability.py), or one its agent no longer has, is left as
     recorded."""
-    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.runs import job_jobs
     from dstack_plan.inspect.stop import stop_timeout
 
     state = ctx.current_state()
@@ -188,7 +188,7 @@ async def _stopped(
         if job.id in lost:
             return job
         async with limit:
-            agent = await job_agent(project, current, job, state)
+            agent = await job_jobs(project, current, job, state)
             try:
                 info = await agent.get_job(job.id)
                 if not info.finished:
@@ -206,11 +206,11 @@ async def _stopped(
 async def _remove(
     project: Project, current: ResourceState, job: JobRecord, ctx: ApplyContext
 ) -> None:
-    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.runs import job_jobs
 
     if job.id in lost_jobs(current):  # its host does not answer: see restart_run
         return
-    agent = await job_agent(project, current, job, ctx.current_state())
+    agent = await job_jobs(project, current, job, ctx.current_state())
     try:
         await agent.delete(job.id, force=True)
     except AgentError as e:

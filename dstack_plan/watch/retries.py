@@ -129,7 +129,7 @@ def _failed(status: str, reason: str | None) -> bool:
 
 
 async def _outcomes(project: Project, run: ResourceState, state: State) -> list[JobOutcome]:
-    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.runs import job_jobs
     from dstack_plan.watch.reachability import lost_jobs
 
     lost = lost_jobs(run)
@@ -138,7 +138,7 @@ async def _outcomes(project: Project, run: ResourceState, state: State) -> list[
         if job.id in lost:  # given up for its host (watch/reachability.py): no agent to ask
             outcomes.append(JobOutcome.unreachable(job, lost[job.id]))
             continue
-        agent = await job_agent(project, run, job, state)
+        agent = await job_jobs(project, run, job, state)
         try:
             info: JobInfo = await agent.get_job(job.id)
         except AgentError as e:
@@ -203,7 +203,7 @@ async def _stop(
     project: Project, run: ResourceState, job_ids: tuple[str, ...], ctx: ApplyContext
 ) -> None:
     """Stop the jobs `job_ids` of `run` gracefully (its `stop_duration`), as watch's own."""
-    from dstack_plan.inspect.runs import job_agent
+    from dstack_plan.inspect.runs import job_jobs
     from dstack_plan.inspect.stop import stop_timeout
 
     if not job_ids:
@@ -211,5 +211,5 @@ async def _stop(
     state = ctx.current_state()
     for job in RunRecord.of(run).jobs:
         if job.id in job_ids:
-            agent = await job_agent(project, run, job, state)
+            agent = await job_jobs(project, run, job, state)
             await agent.stop(job.id, timeout=stop_timeout(run), reason=TERMINATED_BY_SERVER)

@@ -95,3 +95,41 @@ def test_state_backends_still_work(
     ok(dstack("init", "--backend", "local"))
     assert load_backend_config(project) == LocalBackendConfig(backend="local")
     assert not (project / ".dstack" / "backends.yml").exists()
+
+
+def test_slurm_adds_a_cluster_and_keeps_the_clouds_and_other_clusters(
+    dstack: Dstack, tmp_path: Path
+) -> None:
+    from dstack_plan.config.slurm_backend import SlurmBackend
+
+    project = tmp_path / "project"
+    ok(dstack("init", "--backend", "aws"))
+    first = ok(
+        dstack(
+            "init", "--backend", "slurm", "--cluster", "hpc", "--login", "alice@login.hpc",
+            "--identity-file", "~/.ssh/id_ed25519", "--gpu-partition", "A100=gpu,gpu-long",
+            "--cpu-partition", "cpu", "--account", "ml",
+        )
+    )  # fmt: skip
+    assert (
+        "Wrote .dstack/backends.yml: Slurm cluster hpc through alice@login.hpc, partitions "
+        "gpu, gpu-long, cpu." in first.stdout
+    )
+    ok(dstack("init", "--backend", "slurm", "--cluster", "lab", "--login", "bob@lab:2200",
+              "--cpu-partition", "batch"))  # fmt: skip
+    aws, slurm = load_backends(project).backends
+    assert aws == AWSBackend(type="aws")
+    assert isinstance(slurm, SlurmBackend)
+    assert [(c.name, c.user, c.port, c.account) for c in slurm.clusters] == [
+        ("hpc", "alice", 22, "ml"),
+        ("lab", "bob", 2200, None),
+    ]
+
+    missing = dstack("init", "--backend", "slurm", "--cluster", "x", "--login", "a@b")
+    assert missing.returncode == 1
+    assert "needs --cluster NAME, --login USER@HOST and at least one" in missing.stderr
+    bad = dstack("init", "--backend", "slurm", "--cluster", "x", "--login", "b",
+                 "--cpu-partition", "cpu")  # fmt: skip
+    assert bad.returncode == 1 and "--login 'b': expected USER@HOST" in bad.stderr
+    stray = dstack("init", "--backend", "aws", "--login", "a@b")
+    assert stray.returncode == 1 and "--login: only for --backend slurm" in stray.stderr

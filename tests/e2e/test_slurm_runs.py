@@ -4,11 +4,17 @@ plan shows the partition and what is asked of Slurm, apply submits through the l
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
+from dstack_plan.clock import FakeClock
+from dstack_plan.project import Project
+from dstack_plan.watch.loop import Watcher
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state, wait_for_status
+from tests.e2e.test_watch_retry import _tick_and_close
 from tests.infra.slurm_cluster import SlurmTestCluster
 
 PRINT_WIRING = (
@@ -35,6 +41,7 @@ def backends(cluster: SlurmTestCluster, work: Path) -> str:
 
 
 FLEET = "type: fleet\nname: cluster\nbackends: [slurm]\n"
+SMALL = "{cpu: 1.., memory: 0.2GB..}"
 
 
 def task(name: str, nodes: int, commands: list[str], resources: str) -> str:
@@ -44,6 +51,15 @@ def task(name: str, nodes: int, commands: list[str], resources: str) -> str:
     )
 
 
+def slurm_project(tmp_path: Path, cluster: SlurmTestCluster) -> Path:
+    """A project whose backend is the test cluster, with a Slurm fleet `cluster`."""
+    project = tmp_path / "project"
+    (project / ".dstack").mkdir(parents=True)
+    (project / ".dstack" / "backends.yml").write_text(backends(cluster, tmp_path / "work"))
+    (project / "fleet.dstack.yml").write_text(FLEET)
+    return project
+
+
 def squeued(cluster: SlurmTestCluster) -> str:
     return cluster.run("squeue", "-h", "-t", "PENDING,RUNNING", "-o", "%j").stdout
 
@@ -51,11 +67,8 @@ def squeued(cluster: SlurmTestCluster) -> str:
 def test_a_two_node_task_and_a_gpu_task_on_a_slurm_fleet(
     dstack: Dstack, tmp_path: Path, slurm_cluster: SlurmTestCluster
 ) -> None:
-    project = tmp_path / "project"
-    (project / ".dstack").mkdir(parents=True)
-    (project / ".dstack" / "backends.yml").write_text(backends(slurm_cluster, tmp_path / "work"))
-    (project / "fleet.dstack.yml").write_text(FLEET)
-    small = "{cpu: 1.., memory: 0.2GB..}"
+    project = slurm_project(tmp_path, slurm_cluster)
+    small = SMALL
     (project / "ranks.dstack.yml").write_text(task("ranks", 2, [PRINT_WIRING], small))
 
     applied = dstack("apply", "-y")
@@ -121,3 +134,33 @@ def test_a_two_node_task_and_a_gpu_task_on_a_slurm_fleet(
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
     assert squeued(slurm_cluster).strip() == ""
     assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_watch_retries_a_failed_slurm_run_and_keeps_the_first_attempts_log(
+    dstack: Dstack, tmp_path: Path, agent_dir: Path, slurm_cluster: SlurmTestCluster
+) -> None:
+    project = slurm_project(tmp_path, slurm_cluster)
+    marker = tmp_path / "work" / "failed-once"  # on the filesystem the nodes share
+    command = f"test -f {marker} || {{ touch {marker}; echo first try; exit 3; }}; echo second try"
+    (project / "flaky.dstack.yml").write_text(
+        f"type: task\nname: flaky\nfleets: [cluster]\ncommands: [{json.dumps(command)}]\n"
+        f"retry: {{on_events: [error], duration: 1h}}\nresources: {SMALL}\n"
+    )
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_for_status(dstack, "task.flaky", {"failed"}, timeout=120)
+    first = state(project)["resources"]["task.flaky"]["attributes"]["jobs"][0]
+
+    ticked = dstack("watch", "--once")  # pending: submitted again 15 s later, on watch's clock
+    assert ticked.returncode == 0, ticked.stdout + ticked.stderr
+    later = FakeClock(time.time() + 16)
+    asyncio.run(_tick_and_close(Watcher(Project(project, agent_dir=agent_dir, clock=later))))
+    second = state(project)["resources"]["task.flaky"]["attributes"]["jobs"][0]["id"]
+    assert second != first["id"]
+    wait_for_status(dstack, "task.flaky", {"done"}, timeout=120)
+
+    assert dstack("logs", "flaky", "--attempt", "1").stdout == "first try\n"
+    assert dstack("logs", "flaky").stdout == "second try\n"
+    destroyed = dstack("destroy", "-y")
+    assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+    assert [p.name for p in (tmp_path / "work").iterdir()] == ["failed-once"]

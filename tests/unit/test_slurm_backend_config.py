@@ -74,3 +74,30 @@ def test_two_clusters_of_one_name_are_refused() -> None:
     second = DSTACK_FORM.split("    clusters:\n")[1]
     (message,) = errors(DSTACK_FORM + second)
     assert "a second cluster named 'gpu-cluster-a'" in message
+
+
+def test_init_flags_make_a_cluster() -> None:
+    from dstack_plan.config.slurm_backend import cluster_from_flags, with_cluster
+
+    cluster = cluster_from_flags(
+        "hpc",
+        "alice@login.example.org:2222",
+        identity_file="~/.ssh/id_ed25519",
+        gpu_partitions=["A100=a100,a100-long", "H100=h100"],
+        cpu_partitions=["cpu"],
+        qos="normal",
+    )
+    assert (cluster.user, cluster.hostname, cluster.port) == ("alice", "login.example.org", 2222)
+    assert cluster.partitions == ["a100", "a100-long", "h100", "cpu"]
+    assert cluster.gpu_of("h100").gpu == "H100"  # type: ignore[union-attr]
+    backend = with_cluster(None, cluster)
+    other = cluster_from_flags("other", "bob@x", cpu_partitions=["batch"])
+    both = with_cluster(backend, other)
+    assert [c.name for c in both.clusters] == ["hpc", "other"]
+    again = with_cluster(both, cluster.model_copy(update={"qos": "high"}))
+    assert [(c.name, c.qos) for c in again.clusters] == [("other", None), ("hpc", "high")]
+    for login in ("login.example.org", "alice@", "alice@host:ssh"):
+        with pytest.raises(ValueError, match="--login"):
+            cluster_from_flags("hpc", login, cpu_partitions=["cpu"])
+    with pytest.raises(ValueError, match="--gpu-partition 'A100'"):
+        cluster_from_flags("hpc", "a@h", gpu_partitions=["A100"])

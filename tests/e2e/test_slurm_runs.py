@@ -164,3 +164,29 @@ def test_watch_retries_a_failed_slurm_run_and_keeps_the_first_attempts_log(
     destroyed = dstack("destroy", "-y")
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
     assert [p.name for p in (tmp_path / "work").iterdir()] == ["failed-once"]
+
+
+def test_a_login_node_that_does_not_answer_leaves_the_runs_as_they_were(
+    dstack: Dstack, tmp_path: Path, slurm_cluster: SlurmTestCluster
+) -> None:
+    project = slurm_project(tmp_path, slurm_cluster)
+    (project / "long.dstack.yml").write_text(task("long", 1, ["sleep 600"], SMALL))
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_for_status(dstack, "task.long", {"running"}, timeout=120)
+
+    slurm_cluster.stop_login()
+    try:
+        # nothing is concluded from a cluster that cannot be asked: no change, exit 0
+        planned = dstack("plan", "--detailed-exitcode")
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        (row,) = json.loads(dstack("ps", "--json").stdout)
+        recorded = state(project)["resources"]["task.long"]["status"]
+        assert (row["address"], row["status"]) == ("task.long", recorded)  # as last recorded
+        assert "cannot reach the cluster" in row["error"]
+        assert "long-0-0-" in squeued(slurm_cluster)  # and Slurm ran it on meanwhile
+    finally:
+        slurm_cluster.start_login()
+    destroyed = dstack("destroy", "-y")
+    assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+    assert squeued(slurm_cluster).strip() == ""

@@ -374,6 +374,18 @@ class SlurmTestCluster:
             self.login, f"exec {SSHD} -D -e -f {config}", d / "sshd.log", hide_bashrc=True
         )
 
+    def stop_login(self) -> None:
+        """Stop the login node's sshd: new SSH connections are refused (Slurm runs on)."""
+        if self.sshd is not None:
+            self.sshd.kill()
+            self.sshd.wait()
+            self.sshd = None
+
+    def start_login(self) -> None:
+        """Start the login node's sshd again (the same host key)."""
+        self._start_sshd()
+        self._wait_sshd()
+
     # -- waiting
 
     def _check_alive(self, name: str) -> None:

@@ -8,11 +8,12 @@ is submitted with the rest of its run (`SlurmEngine.submit`), never alone.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 from dstack_plan.agent.api_models import JobInfo, JobStatus, LogChunk
 from dstack_plan.agent.jobs_api import JobsAPI
-from dstack_plan.errors import AgentError
+from dstack_plan.errors import AgentError, SSHError
 from dstack_plan.providers.slurm.engine import SlurmEngine
 
 FOLLOW_POLL = 1.0
@@ -20,23 +21,33 @@ FOLLOW_POLL = 1.0
 
 
 class SlurmJobs:
-    """`JobsAPI` over one cluster's `SlurmEngine`."""
+    """`JobsAPI` over one cluster's `SlurmEngine`. A login node that cannot be reached is an
+    AgentError, as an agent that cannot be: what reads jobs concludes nothing from it."""
 
     def __init__(self, engine: SlurmEngine):
         self.engine = engine
         self.host = engine.name
 
+    @contextmanager
+    def _reaching(self) -> Iterator[None]:
+        try:
+            yield
+        except SSHError as e:
+            raise AgentError(self.host, f"cannot reach the cluster: {e}") from e
+
     async def list_jobs(
         self, status: JobStatus | str | None = None, run_name: str | None = None
     ) -> list[JobInfo]:
-        jobs = await self.engine.list_jobs(run_name=run_name)
+        with self._reaching():
+            jobs = await self.engine.list_jobs(run_name=run_name)
         if status is None:
             return jobs
         return [j for j in jobs if j.status is JobStatus(status)]
 
     async def get_job(self, job_id: str, wait: int = 0) -> JobInfo:
         # an agent can hold its answer; a poll of the cluster is the same question later
-        return await self.engine.get_job(job_id)
+        with self._reaching():
+            return await self.engine.get_job(job_id)
 
     async def stop(
         self,
@@ -46,7 +57,8 @@ class SlurmJobs:
         reason: str | None = None,
     ) -> JobInfo:
         grace = timeout if timeout is not None else await self._stop_timeout(job_id)
-        return await self.engine.stop(job_id, grace, abort=abort)
+        with self._reaching():
+            return await self.engine.stop(job_id, grace, abort=abort)
 
     async def stop_and_remove(
         self,
@@ -63,7 +75,8 @@ class SlurmJobs:
             info = await self.get_job(job_id)
         if not info.finished:
             return info, False
-        await self.engine.delete(job_id)
+        with self._reaching():
+            await self.engine.delete(job_id)
         return info, True
 
     async def wait(self, job_id: str, timeout: float, poll_interval: float = 0.1) -> JobInfo:
@@ -82,7 +95,8 @@ class SlurmJobs:
     async def delete(self, job_id: str, force: bool = False) -> None:
         if not force and not (await self.get_job(job_id)).finished:
             raise AgentError(self.host, f"job {job_id} still runs: stop it first", status=409)
-        await self.engine.delete(job_id)
+        with self._reaching():
+            await self.engine.delete(job_id)
 
     async def logs(
         self,
@@ -92,10 +106,11 @@ class SlurmJobs:
         wait: int = 0,
         since: float | None = None,
     ) -> LogChunk:
-        if limit is None:
-            data, size, ended = await self.engine.logs(job_id, offset)
-        else:
-            data, size, ended = await self.engine.logs(job_id, offset, limit)
+        with self._reaching():
+            if limit is None:
+                data, size, ended = await self.engine.logs(job_id, offset)
+            else:
+                data, size, ended = await self.engine.logs(job_id, offset, limit)
         end = offset + len(data)
         return LogChunk(
             job_id=job_id,

@@ -248,14 +248,28 @@ class FleetMachines:
         return fleet, host
 
     async def forward(
-        self, fleet: str, host: str, state: State, remote_port: int, local_port: int = 0
+        self,
+        fleet: str,
+        host: str,
+        state: State,
+        remote_port: int,
+        local_port: int = 0,
+        address: str | None = None,
     ) -> Forward:
         """`remote_port` of `fleet`'s machine `host`, reachable on this machine's 127.0.0.1:
         through an SSH forward from `local_port` (0: any free one) for an SSH host; as it is
-        (local port = `remote_port`, nothing forwarded) on the implicit machines, this one.
-        Raises OSError when `local_port` cannot be bound."""
+        (local port = `remote_port`, nothing forwarded) on the implicit machines, this one;
+        on a Slurm fleet, the compute node at `address` (where the job runs: its published
+        port's `host_ip`) through the login node. Raises OSError when `local_port` cannot be
+        bound."""
         if self.implicit.implicit_instances(fleet):
             return Forward.direct(host, remote_port)
+        if self.is_engine(fleet, state):
+            if address is None:
+                raise ProviderError(
+                    "slurm", f"fleet {fleet!r}: which node a job runs on is not known yet"
+                )
+            return await self.engine(fleet, state).forward(address, remote_port, local_port)
         provider, instance = self._ssh_host(fleet, host, state)
         return await provider.forward_port(instance, remote_port, local_port)
 

@@ -7,18 +7,22 @@ queueing, fair share and accounting decide when and where it starts. Its jobs ar
 like any run's, their host being the cluster's name, so refresh, watch, `ps`, `logs` and
 `stop` reach them through the fleet's `JobsAPI` (`FleetMachines.jobs_api`).
 
+A service's replicas are Slurm jobs of one node each (they are added and removed one by one);
+watch's proxy reaches each through the login node, at the address of the node it runs on.
+
 What a Slurm cluster cannot run yet is refused here, at plan time and again at apply: an
-`image:` where the backend has no container support, services and dev environments (no
-proxy reaches a compute node yet), local `files:` / `repos:`, network volumes.
+`image:` where the backend has no container support, dev environments, local `files:` /
+`repos:`, network volumes, node and replica groups.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dstack_plan.agent.api_models import JobInfo
 from dstack_plan.apply.handlers import ApplyContext
-from dstack_plan.config.runs import RunSpec, TaskSpec
+from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
 from dstack_plan.fleets.machines import FleetMachines, Machine
@@ -30,7 +34,7 @@ from dstack_plan.providers.slurm.engine import SlurmEngine
 from dstack_plan.providers.slurm.partitions import Partition, describe
 from dstack_plan.providers.slurm.request import choose_partition, slurm_request
 from dstack_plan.providers.slurm.script import Container, SlurmRequest
-from dstack_plan.runs.jobs import JobContext, build_job, run_kind, slots, stop_seconds
+from dstack_plan.runs.jobs import JobContext, JobSlot, build_job, run_kind, slots, stop_seconds
 from dstack_plan.runs.submission import Submitted
 from dstack_plan.state.model import State
 
@@ -41,8 +45,8 @@ QUEUED_AFTER = 5.0
 def engine_refusal(spec: RunSpec, record: SlurmFleetRecord) -> str | None:
     """Why fleet `record` cannot run `spec` in this version; None when it can."""
     kind = run_kind(spec)
-    if not isinstance(spec, TaskSpec):
-        return f"{kind}s cannot run on a Slurm fleet yet (tasks can)"
+    if isinstance(spec, DevEnvironmentSpec):
+        return f"{kind}s cannot run on a Slurm fleet yet (tasks and services can)"
     if spec.image and record.cluster.containers == "none":
         return (
             f"image {spec.image!r}: cluster {record.cluster.name} runs no containers "
@@ -53,8 +57,8 @@ def engine_refusal(spec: RunSpec, record: SlurmFleetRecord) -> str | None:
         return "files: and repos: are not sent to Slurm clusters yet (use the shared filesystem)"
     if spec.volumes:
         return "volumes: are not mounted on Slurm clusters yet (use the shared filesystem)"
-    if spec.groups:
-        return "node groups cannot run on a Slurm fleet yet (one shape for every node)"
+    if isinstance(spec, TaskSpec | ServiceSpec) and spec.groups:
+        return "groups cannot run on a Slurm fleet yet (one shape for every node or replica)"
     return None
 
 
@@ -73,8 +77,9 @@ def plan_run(spec: RunSpec, record: SlurmFleetRecord, comment: str | None = None
     why = engine_refusal(spec, record)
     if why is not None:
         raise ProviderError(SLURM, why)
-    assert isinstance(spec, TaskSpec)
-    nodes = spec.node_count()
+    assert isinstance(spec, TaskSpec | ServiceSpec)
+    # a service's replicas are Slurm jobs of one node each: they come and go one by one
+    nodes = spec.node_count() if isinstance(spec, TaskSpec) else 1
     chosen = choose_partition(spec.resources, nodes, record.partitions)
     if isinstance(chosen, str):
         raise ProviderError(
@@ -160,12 +165,17 @@ async def submit_run(
     secrets: SecretStore,
     ctx: ApplyContext,
     address: str,
+    only: Sequence[JobSlot] | None = None,
 ) -> list[Submitted]:
-    """Submit `spec`'s jobs to the cluster as one Slurm job: what was submitted, per slot."""
+    """Submit `spec`'s jobs (`only` those slots when given) to the cluster: a task's nodes
+    as one Slurm job, each replica of a service as its own; what was submitted, per slot."""
     plan = plan_run(spec, record, comment=f"{context.deployment}/{context.run_name}")
     machine = cluster_machine(fleet, record)
-    wanted = slots(spec)
+    wanted = list(only) if only is not None else slots(spec)
     jobs = [build_job(spec, slot, context, secrets, ctx.run_args) for slot in wanted]
     ctx.progress(address, placement_note(plan, record))
-    infos: list[JobInfo] = await engine.submit(plan.request, jobs, plan.container)
+    groups = [jobs] if isinstance(spec, TaskSpec) else [[job] for job in jobs]
+    infos: list[JobInfo] = []
+    for group in groups:
+        infos += await engine.submit(plan.request, group, plan.container)
     return [Submitted(info, slot, machine) for info, slot in zip(infos, wanted, strict=True)]

@@ -195,14 +195,29 @@ class RunHandler(ResourceHandler):
         self, change: ResourceChange, spec: RunSpec, fleet: str, state: State, ctx: ApplyContext
     ) -> Outcome:
         """Submit the run to the cluster of Slurm fleet `fleet` (`runs/engine_runs.py`)."""
+        generation = int(ctx.clock.now() * 1000)
+        jobs = await self._submit_on_engine(change, spec, fleet, generation, state, ctx)
+        return self._started(change, spec, fleet, generation, jobs, state, 0.0)
+
+    async def _submit_on_engine(
+        self,
+        change: ResourceChange,
+        spec: RunSpec,
+        fleet: str,
+        generation: int,
+        state: State,
+        ctx: ApplyContext,
+        only: Sequence[JobSlot] | None = None,
+    ) -> list[Submitted]:
+        """Submit the run's jobs (`only` those slots: a service's new replicas) to the
+        cluster of Slurm fleet `fleet`; the command's listing of it told."""
         from dstack_plan.fleets.slurm_records import SlurmFleetRecord
         from dstack_plan.runs.engine_runs import submit_run
 
         entry = self.machines.recorded(fleet, state)
         assert entry is not None  # is_engine said so
         record = SlurmFleetRecord.of(entry)
-        generation = int(ctx.clock.now() * 1000)
-        nodes = len(slots(spec))
+        nodes = max(s.node for s in slots(spec)) + 1
         context = JobContext(
             run_name=change.name,
             run_id=f"{self.deployment}/{change.name}",
@@ -214,11 +229,11 @@ class RunHandler(ResourceHandler):
         )
         engine = self.machines.engine(fleet, state)
         jobs = await submit_run(
-            engine, record, fleet, spec, context, self.secrets, ctx, change.address
+            engine, record, fleet, spec, context, self.secrets, ctx, change.address, only
         )
         key = self.machines.machine_key(fleet, record.cluster.name)
         self.machines.listings.record(key, [j.info for j in jobs])
-        return self._started(change, spec, fleet, generation, jobs, state, 0.0)
+        return jobs
 
     def _started(
         self,
@@ -295,7 +310,14 @@ class RunHandler(ResourceHandler):
         kept = [r for r in record.jobs if r.slot in {(s.replica, s.node) for s in wanted}]
         surplus = [r for r in record.jobs if r not in kept]
         added: list[Submitted] = []
-        if missing:
+        if missing and self.machines.is_engine(record.fleet, state):
+            generation = _unused_generation(
+                record.generation or 0, change.name, self.deployment, missing, current, ctx
+            )
+            added = await self._submit_on_engine(
+                change, spec, record.fleet, generation, state, ctx, missing
+            )
+        elif missing:
             machines = await self.place_now(
                 record.fleet, change.address, spec, state, replicas=len(missing)
             )

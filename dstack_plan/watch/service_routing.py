@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_Key = tuple[str, str, int]
-"""(fleet, host, published port)"""
+_Key = tuple[str, str, int, str | None]
+"""(fleet, host, published port, its address: a Slurm compute node's, else None)"""
 
 
 class ServiceRouting:
@@ -108,17 +108,21 @@ class ServiceRouting:
         upstreams = []
         for job in record.jobs:
             published = [
-                p.host_port
+                p
                 for p in job.ports
                 if p.container_port == spec.port.container_port and p.host_port
             ]
             if job.status != "running" or not published:
                 continue
-            key = (record.fleet, job.host, int(published[0]))
+            port = published[0]
+            # a Slurm fleet's jobs all name the cluster: the node is the port's address
+            key = (record.fleet, job.host, int(port.host_port or 0), port.host_ip)
             forward = self._forwards.get(key)
             if forward is None:
                 try:
-                    forward = await tick.project.machines.forward(*key[:2], tick.state, key[2])
+                    forward = await tick.project.machines.forward(
+                        record.fleet, job.host, tick.state, key[2], address=port.host_ip
+                    )
                 except (DstackPlanError, OSError) as e:
                     log.warning(
                         "%s: cannot reach %s on %s: %s", entry.address, job.id, job.host, e

@@ -8,12 +8,16 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from dstack_plan.clock import FakeClock
 from dstack_plan.project import Project
 from dstack_plan.watch.loop import Watcher
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state, wait_for_status
+from tests.e2e.test_service_proxy import until, watching  # noqa: F401 - fixture
 from tests.e2e.test_watch_retry import _tick_and_close
 from tests.infra.slurm_cluster import SlurmTestCluster
 
@@ -187,6 +191,39 @@ def test_a_login_node_that_does_not_answer_leaves_the_runs_as_they_were(
         assert "long-0-0-" in squeued(slurm_cluster)  # and Slurm ran it on meanwhile
     finally:
         slurm_cluster.start_login()
+    destroyed = dstack("destroy", "-y")
+    assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+    assert squeued(slurm_cluster).strip() == ""
+
+
+def test_a_service_on_slurm_is_served_by_watchs_proxy_through_the_login_node(
+    dstack: Dstack,
+    tmp_path: Path,
+    slurm_cluster: SlurmTestCluster,
+    watching: Any,  # noqa: F811
+) -> None:
+    project = slurm_project(tmp_path, slurm_cluster)
+    (project / "web.dstack.yml").write_text(
+        "type: service\nname: web\nfleets: [cluster]\nport: 8000\nreplicas: 2\n"
+        "stop_duration: 1s\nauth: false\nresources: {cpu: 2, memory: 0.2GB..}\n"
+        "commands:\n  - mkdir -p www && echo served-by-$(hostname) > www/index.html\n"
+        "  - exec python3 -m http.server 8000 --directory www\n"
+    )
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    wait_for_status(dstack, "service.web", {"running"}, timeout=120)
+    # two replicas, each a Slurm job of its own (2 CPUs each: one per node)
+    assert sorted(squeued(slurm_cluster).split()) == sorted(
+        f"dstack-plan.{j['id']}"
+        for j in state(project)["resources"]["service.web"]["attributes"]["jobs"]
+    )
+    url = f"{watching()}/proxy/services/web/"
+
+    def answers() -> set[str]:
+        return {httpx.get(url, timeout=10).text.strip() for _ in range(8)}
+
+    assert until(lambda: answers() == {"served-by-cpu1", "served-by-cpu2"}, timeout=90)
+    watching.stop()
     destroyed = dstack("destroy", "-y")
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
     assert squeued(slurm_cluster).strip() == ""

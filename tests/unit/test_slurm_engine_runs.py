@@ -106,7 +106,7 @@ def test_an_image_without_container_support_is_refused_and_with_it_runs_there() 
 @pytest.mark.parametrize(
     ("kind", "fields", "message"),
     [
-        ("service", {"port": 8000, "commands": ["true"]}, "services cannot run on a Slurm fleet"),
+        ("service", {"port": 8000, "commands": ["true"], "files": ["."]}, "files: and repos:"),
         ("dev-environment", {"ide": "vscode"}, "dev-environments cannot run on a Slurm fleet"),
         ("task", {"commands": ["true"], "files": ["."]}, "files: and repos: are not sent"),
     ],

@@ -18,8 +18,9 @@ import shlex
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from dstack_plan.agent.api_models import JobInfo, JobSpec, JobStatus
+from dstack_plan.agent.api_models import JobInfo, JobSpec, JobStatus, PublishedPort
 from dstack_plan.agent.spec import JobSpec as CheckedSpec
 from dstack_plan.agent.spec import SpecError, parse_job_spec
 from dstack_plan.clock import Clock, SystemClock
@@ -37,6 +38,9 @@ from dstack_plan.providers.slurm.listing import (
 from dstack_plan.providers.slurm.login import LoginNode, shell_path
 from dstack_plan.providers.slurm.partitions import Partition, parse_nodes, partitions_of
 from dstack_plan.providers.slurm.states import node_outcome, slurm_time
+
+if TYPE_CHECKING:
+    from dstack_plan.providers.ssh.forward import Forward
 
 LOG_CHUNK = 1 << 20
 """Bytes of output one read returns at most."""
@@ -231,6 +235,14 @@ class SlurmEngine:
         ran = await self.login.run("scontrol show node -o", "reading the cluster's nodes")
         return partitions_of(self.cluster, parse_nodes(ran.out))
 
+    async def forward(self, address: str, port: int, local_port: int = 0) -> Forward:
+        """`address`:`port` (a compute node's, where a service's replica listens) on this
+        machine's 127.0.0.1, through the login node's SSH connection."""
+        from dstack_plan.providers.ssh.forward import open_forward
+
+        conn = await self.login.connection()
+        return await open_forward(conn, address, port, local_port, remote_address=address)
+
     async def close(self) -> None:
         await self.login.close()
 
@@ -289,12 +301,18 @@ def _infos(job: JobDir, listing: Listing) -> list[JobInfo]:
     queued = listing.queued.get(job.key)
     meta = job.meta
     submitted = float(meta.get("submitted_at") or 0.0)
-    spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else {}
+    recorded = meta.get("spec")
+    spec: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     infos = []
     for node, job_id in enumerate(job.job_ids):
         outcome = node_outcome(queued, job.exits.get(node), job.stopped, listing.down)
         started = queued.start if queued is not None and queued.state != "PENDING" else None
         finished = queued.end if outcome.status.finished and queued is not None else None
+        ports: list[PublishedPort] = []
+        if outcome.status is JobStatus.RUNNING and queued is not None and node < len(queued.nodes):
+            # the job runs on the node's own network: its ports are the node's
+            name = queued.nodes[node]
+            ports = _ports(spec, listing.addresses.get(name, name))
         infos.append(
             JobInfo(
                 id=job_id,
@@ -309,10 +327,21 @@ def _infos(job: JobDir, listing: Listing) -> list[JobInfo]:
                 started_at=started,
                 finished_at=finished,
                 log_size=job.log_sizes.get(node, 0),
-                spec=spec or {},
+                ports=ports,
+                spec=spec,
             )
         )
     return infos
+
+
+def _ports(spec: dict[str, Any], address: str) -> list[PublishedPort]:
+    declared = spec.get("ports")
+    found = []
+    for port in declared if isinstance(declared, list) else []:
+        number = port.get("container_port") if isinstance(port, dict) else None
+        if isinstance(number, int):
+            found.append(PublishedPort(container_port=number, host_port=number, host_ip=address))
+    return found
 
 
 def _estimate(said: str) -> Estimate:

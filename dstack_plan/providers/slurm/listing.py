@@ -4,6 +4,7 @@
 
     @@squeue   the user's jobs as squeue knows them (`states.SQUEUE_FORMAT`, job name first)
     @@down     nodes down or drained, with Slurm's reason
+    @@nodes    every node with its address (`NodeAddr`): where a service's replica listens
     @@jobs     per job directory: `@job KEY`, its meta.json on one line, `@exit NODE CODE`
                for each node that ended, `@log NODE SIZE`, `@stopped` once we cancelled it
 
@@ -37,6 +38,8 @@ def listing_command(work_dir: str) -> str:
             f"squeue --me -t all -h -o '{NAMED_FORMAT}' 2>&1",
             "echo @@down",
             "sinfo -h -N -R -o '%n|%E' 2>/dev/null",
+            "echo @@nodes",
+            "sinfo -h -N -o '%n|%o' 2>/dev/null",
             "echo @@jobs",
             f"cd {work} 2>/dev/null || exit 0",
             "for d in */; do",
@@ -78,13 +81,15 @@ class Listing:
     """By job key (the name without `JOB_NAME_PREFIX`); the newest submission of a name."""
     down: dict[str, str]
     jobs: dict[str, JobDir]
+    addresses: dict[str, str] = field(default_factory=dict)
+    """Node -> the address Slurm reaches it at (`NodeAddr`)."""
     squeue_error: str | None = None
     """What squeue printed instead of jobs (slurmctld down, say); None when it answered."""
 
 
 def parse_listing(text: str) -> Listing:
     """The sections of `listing_command`'s output."""
-    sections: dict[str, list[str]] = {"squeue": [], "down": [], "jobs": []}
+    sections: dict[str, list[str]] = {"squeue": [], "down": [], "nodes": [], "jobs": []}
     current: list[str] | None = None
     for line in text.splitlines():
         if line.startswith("@@") and line[2:].strip() in sections:
@@ -96,6 +101,7 @@ def parse_listing(text: str) -> Listing:
     return Listing(
         queued=queued,
         down=parse_down_nodes("\n".join(sections["down"])),
+        addresses=parse_down_nodes("\n".join(sections["nodes"])),
         jobs=_job_dirs(sections["jobs"]),
         squeue_error=error,
     )

@@ -53,14 +53,19 @@ class Forward:
 
 
 async def open_forward(
-    conn: asyncssh.SSHClientConnection, host: str, remote_port: int, local_port: int = 0
+    conn: asyncssh.SSHClientConnection,
+    host: str,
+    remote_port: int,
+    local_port: int = 0,
+    remote_address: str = REMOTE_ADDRESS,
 ) -> Forward:
     """Listen on `LISTEN_ADDRESS`:`local_port` here (0: any free port) and forward every
-    connection over `conn` to `REMOTE_ADDRESS`:`remote_port` on `host`.
+    connection over `conn` to `remote_address`:`remote_port` as `host` reaches it (its own
+    loopback by default; a Slurm login node forwards to a compute node's address).
 
     Raises OSError when the local port cannot be bound (in use, or privileged)."""
     listener = await conn.forward_local_port(
-        LISTEN_ADDRESS, local_port, REMOTE_ADDRESS, remote_port
+        LISTEN_ADDRESS, local_port, remote_address, remote_port
     )
     return Forward(
         host=host, remote_port=remote_port, local_port=listener.get_port(), listener=listener

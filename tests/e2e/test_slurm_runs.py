@@ -133,6 +133,14 @@ def test_a_two_node_task_and_a_gpu_task_on_a_slurm_fleet(
     assert applied.returncode == 0, applied.stdout + applied.stderr
     wait_for_status(dstack, "task.gpus", {"running"}, timeout=120)
     assert "gpus-0-0-" in squeued(slurm_cluster)
+    # both GPU nodes for a run while one is taken: Slurm would queue it, and says until when
+    wide = task("wide", 2, ["true"], "{cpu: 1.., memory: 0.2GB.., gpu: A100:2}")
+    (project / "wide.dstack.yml").write_text(wide)
+    queued = dstack("plan")
+    assert queued.returncode == 0, queued.stderr
+    assert "partition gpu: sbatch --partition=gpu --nodes=2" in queued.stdout
+    assert "Slurm queues it (sbatch: Job" in queued.stdout
+    (project / "wide.dstack.yml").unlink()
 
     destroyed = dstack("destroy", "-y")
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr

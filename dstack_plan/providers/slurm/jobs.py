@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from dstack_plan.agent.api_models import JobInfo, JobStatus, LogChunk
 from dstack_plan.agent.jobs_api import JobsAPI
@@ -152,5 +153,5 @@ class SlurmJobs:
         return (await self.get_job(job_id)).stop_timeout
 
 
-def _conforms(jobs: SlurmJobs) -> JobsAPI:
-    return jobs  # mypy checks that SlurmJobs is a JobsAPI
+if TYPE_CHECKING:  # mypy holds SlurmJobs to the protocol it serves
+    _SERVES: type[JobsAPI] = SlurmJobs

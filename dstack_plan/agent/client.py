@@ -42,6 +42,7 @@ from dstack_plan.agent.http import (
     TransportError,
     tcp,
 )
+from dstack_plan.agent.jobs_api import read_all_logs
 from dstack_plan.agent.protocol import (
     CONNECTION_FILE,
     HEADER_LOG_FIRST_OFFSET,
@@ -412,13 +413,7 @@ class AgentClient:
 
     async def read_all_logs(self, job_id: str, offset: int = 0) -> bytes:
         """Everything stored from `offset` up to the log's current end."""
-        parts = []
-        while True:
-            chunk = await self.logs(job_id, offset)
-            parts.append(chunk.data)
-            if chunk.next_offset == offset or chunk.next_offset >= (chunk.size or 0):
-                return b"".join(parts)
-            offset = chunk.next_offset
+        return await read_all_logs(self, job_id, offset)
 
     async def follow_logs(
         self,

@@ -85,3 +85,15 @@ class JobsAPI(Protocol):
     ) -> AsyncIterator[LogChunk]:
         """The output as it comes, until the job has ended and all of it was read."""
         ...
+
+
+async def read_all_logs(api: JobsAPI, job_id: str, offset: int = 0) -> bytes:
+    """Everything job `job_id` wrote from `offset` up to its output's current end, asked of
+    `api` chunk by chunk (what `read_all_logs` of each `JobsAPI` does)."""
+    parts = []
+    while True:
+        chunk = await api.logs(job_id, offset)
+        parts.append(chunk.data)
+        if chunk.next_offset == offset or chunk.next_offset >= (chunk.size or 0):
+            return b"".join(parts)
+        offset = chunk.next_offset

@@ -45,8 +45,5 @@ class SlurmFleetRecord(BaseModel):
     def to_attributes(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_defaults=True)
 
-    def partition(self, name: str) -> Partition | None:
-        return next((p for p in self.partitions if p.name == name), None)
-
 
 _RECORDS: IdentityMemo[ResourceState, SlurmFleetRecord] = IdentityMemo()

@@ -15,6 +15,30 @@ def ip(*args: str, check: bool = True) -> None:
     subprocess.run(["ip", *args], check=check, capture_output=True)
 
 
+def add_bridge(bridge: str, address: str) -> None:
+    """Bridge `bridge` in the root namespace with `address` (`10.213.0.1/24`), forwarding
+    between its hosts allowed."""
+    ip("link", "add", bridge, "type", "bridge")
+    ip("addr", "add", address, "dev", bridge)
+    ip("link", "set", bridge, "up")
+    forward_on_bridge(bridge, True)
+
+
+def add_namespace(netns: str) -> None:
+    """Network namespace `netns`, its loopback up."""
+    ip("netns", "add", netns)
+    ip("-n", netns, "link", "set", "lo", "up")
+
+
+def plug(netns: str, veth: str, bridge: str, address: str) -> None:
+    """`netns`'s `eth0` with `address` (`10.213.0.11/24`), linked to `bridge` through the
+    root namespace's end `veth`."""
+    ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+    ip("link", "set", veth, "master", bridge, "up")
+    ip("-n", netns, "addr", "add", address, "dev", "eth0")
+    ip("-n", netns, "link", "set", "eth0", "up")
+
+
 def forward_on_bridge(bridge: str, allow: bool) -> None:
     """Let the hosts on `bridge` reach each other (bandwidth probes, multi-node runs, Slurm's
     daemons): where br_netfilter is loaded (dockerd loads it), bridged packets go through

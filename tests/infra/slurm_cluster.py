@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.infra.netns import forward_on_bridge, ip, keygen, remove_network
+from tests.infra.netns import add_bridge, add_namespace, keygen, plug, remove_network
 from tests.infra.ssh_hosts import SLOT, SSHD
 
 BRIDGE = "br-dpslurm" if SLOT == 0 else f"br-dpslurm{SLOT}"
@@ -178,18 +178,10 @@ class SlurmTestCluster:
         return self
 
     def _network(self) -> None:
-        ip("link", "add", BRIDGE, "type", "bridge")
-        ip("addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-        ip("link", "set", BRIDGE, "up")
-        forward_on_bridge(BRIDGE, True)
+        add_bridge(BRIDGE, f"{SUBNET}.1/24")
         for host in self.hosts.values():
-            ip("netns", "add", host.netns)
-            ip("-n", host.netns, "link", "set", "lo", "up")
-            peer = ("peer", "name", "eth0", "netns", host.netns)
-            ip("link", "add", host.veth, "type", "veth", *peer)
-            ip("link", "set", host.veth, "master", BRIDGE, "up")
-            ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
-            ip("-n", host.netns, "link", "set", "eth0", "up")
+            add_namespace(host.netns)
+            plug(host.netns, host.veth, BRIDGE, f"{host.address}/24")
 
     def _write_config(self) -> None:
         d = self.directory

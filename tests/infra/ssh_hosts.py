@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.infra.netns import forward_on_bridge, ip, keygen, remove_network
+from tests.infra.netns import add_bridge, add_namespace, ip, keygen, plug, remove_network
 
 BASE_SLOT = int(os.environ.get("DSTACK_PLAN_SSH_TEST_SLOT", "0"))
 """The test run's copy of the network (0-9): several test runs side by side (parallel helpers
@@ -168,21 +168,12 @@ class SSHTestHosts:
         )
         (self.directory / "empty_bashrc").write_text("")
         self._make_bins()
-        ip("link", "add", BRIDGE, "type", "bridge")
-        ip("addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-        ip("link", "set", BRIDGE, "up")
-        forward_on_bridge(BRIDGE, True)
+        add_bridge(BRIDGE, f"{SUBNET}.1/24")
         for host in self.hosts.values():
-            ip("netns", "add", host.netns)
-            ip("-n", host.netns, "link", "set", "lo", "up")
+            add_namespace(host.netns)
         for host in self.hosts.values():
-            if host.name == "inner":
-                continue
-            veth = host.veth
-            ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
-            ip("link", "set", veth, "master", BRIDGE, "up")
-            ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
-            ip("-n", host.netns, "link", "set", "eth0", "up")
+            if host.name != "inner":
+                plug(host.netns, host.veth, BRIDGE, f"{host.address}/24")
         jump, inner = self.hosts["jump"].netns, self.hosts["inner"].netns
         peer = ("peer", "name", "eth0", "netns", inner)
         ip("-n", jump, "link", "add", "eth1", "type", "veth", *peer)

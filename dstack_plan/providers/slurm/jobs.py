@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dstack_plan.agent.api_models import JobInfo, JobStatus, LogChunk
-from dstack_plan.agent.jobs_api import JobsAPI
+from dstack_plan.agent.jobs_api import JobsAPI, read_all_logs
 from dstack_plan.errors import AgentError, SSHError
-from dstack_plan.providers.slurm.engine import SlurmEngine
+from dstack_plan.providers.slurm.engine import LOG_CHUNK, SlurmEngine
 
 FOLLOW_POLL = 1.0
 """Seconds between reads of a followed job's output while it has nothing new."""
@@ -108,10 +108,7 @@ class SlurmJobs:
         since: float | None = None,
     ) -> LogChunk:
         with self._reaching():
-            if limit is None:
-                data, size, ended = await self.engine.logs(job_id, offset)
-            else:
-                data, size, ended = await self.engine.logs(job_id, offset, limit)
+            data, size, ended = await self.engine.logs(job_id, offset, limit or LOG_CHUNK)
         end = offset + len(data)
         return LogChunk(
             job_id=job_id,
@@ -123,13 +120,7 @@ class SlurmJobs:
         )
 
     async def read_all_logs(self, job_id: str, offset: int = 0) -> bytes:
-        parts = []
-        while True:
-            chunk = await self.logs(job_id, offset)
-            parts.append(chunk.data)
-            if not chunk.data or chunk.next_offset >= (chunk.size or 0):
-                return b"".join(parts)
-            offset = chunk.next_offset
+        return await read_all_logs(self, job_id, offset)
 
     async def follow_logs(
         self,

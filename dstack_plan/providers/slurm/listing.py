@@ -19,13 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dstack_plan.providers.slurm.login import shell_path
-from dstack_plan.providers.slurm.states import QueuedJob, parse_down_nodes, parse_squeue
+from dstack_plan.providers.slurm.states import (
+    SQUEUE_FORMAT,
+    QueuedJob,
+    parse_by_node,
+    parse_squeue,
+)
 
 JOB_NAME_PREFIX = "dstack-plan."
 """Our Slurm jobs' names: this and the job's key (its directory's name)."""
 META = "meta.json"
 STOPPED = "stopped"
-NAMED_FORMAT = "%j|%i|%T|%r|%N|%S|%e"
+NAMED_FORMAT = f"%j|{SQUEUE_FORMAT}"
 """`states.SQUEUE_FORMAT` with the job's name first."""
 
 
@@ -100,8 +105,8 @@ def parse_listing(text: str) -> Listing:
     queued, error = _queued(sections["squeue"])
     return Listing(
         queued=queued,
-        down=parse_down_nodes("\n".join(sections["down"])),
-        addresses=parse_down_nodes("\n".join(sections["nodes"])),
+        down=parse_by_node("\n".join(sections["down"])),
+        addresses=parse_by_node("\n".join(sections["nodes"])),
         jobs=_job_dirs(sections["jobs"]),
         squeue_error=error,
     )

@@ -88,9 +88,9 @@ def parse_squeue(text: str) -> dict[str, QueuedJob]:
     return found
 
 
-def parse_down_nodes(text: str) -> dict[str, str]:
-    """Node -> Slurm's reason, from `sinfo -h -N -R -o '%n|%E'` (nodes down, drained or
-    failing, with the reason an admin or Slurm gave)."""
+def parse_by_node(text: str) -> dict[str, str]:
+    """Node -> value, from `sinfo -h -N ... -o '%n|VALUE'` lines: the reason an admin or
+    Slurm gave a node down, drained or failing (`-R`, `%E`), or its address (`%o`)."""
     found: dict[str, str] = {}
     for line in text.splitlines():
         name, bar, reason = line.strip().partition("|")

@@ -62,6 +62,7 @@ _STOP_MESSAGES = {
     TERMINATED_DUE_TO_UTILIZATION_POLICY: "GPU utilization stayed under utilization_policy",
     PREEMPTED: "its capacity was reclaimed",
 }
+AGENT_STOPPED_MESSAGE = "agent stopped while the process was running"
 FORCE_DELETE_WAIT = 15.0
 SESSION_ACTIVITY_SAVE = 30.0
 """Seconds between writes of the activity an open SSH session makes (it is noted at once)."""
@@ -254,6 +255,10 @@ class JobManager:
                 runtime.cleanup(job)
             except Exception:
                 log.exception("job %s: cleanup failed", job.id)
+        if self._shutting_down and job.runtime == RUNTIME_PROCESS:
+            # The stop killed it, and shutdown() records that once every process is gone:
+            # recording here could come before the last kill, and say "exited with code -9".
+            return
         if failure is not None:
             self.finish(job, *failure)
         else:
@@ -563,7 +568,7 @@ class JobManager:
         for job in active:
             self.runtimes[RUNTIME_PROCESS].shutdown(job)
         for job in active:
-            self.finish(job, EXECUTOR_ERROR, "agent stopped while the process was running")
+            self.finish(job, EXECUTOR_ERROR, AGENT_STOPPED_MESSAGE)
 
 
 def _host_ports(spec: JobSpec) -> set[int]:

@@ -349,6 +349,31 @@ async def test_restart_fails_a_process_job_that_died_with_the_agent(agent: Agent
     assert not _group_alive(running.pid)
 
 
+async def test_every_process_job_of_a_stopped_agent_says_the_agent_stopped_it(
+    agent: AgentProcess,
+) -> None:
+    """The kill wakes each job's own thread too; whichever records the end first, the record
+    names the agent's stop, not an exit code the job never chose (CI once saw -9s)."""
+    client = agent.client()
+    ids = [f"stopped-{i}" for i in range(20)]
+    for job_id in ids:
+        await client.submit(spec(job_id, "sleep 600"))
+    for job_id in ids:
+        for _ in range(NET_POLLS):
+            if (await client.get_job(job_id)).pid:
+                break
+            await asyncio.sleep(0.01)
+    assert agent.proc is not None
+    agent.proc.terminate()
+    agent.proc.wait(timeout=NET)
+    for job_id in ids:
+        record = json.loads(_read(agent.data_dir / "jobs" / job_id / "job.json"))
+        assert (record["status"], record["termination_message"]) == (
+            "failed",
+            "agent stopped while the process was running",
+        ), job_id
+
+
 async def test_a_stopping_agent_ends_every_process_before_recording_any(
     agent: AgentProcess,
 ) -> None:

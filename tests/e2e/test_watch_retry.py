@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from dstack_plan.clock import FakeClock
 from dstack_plan.project import Project
+from dstack_plan.state.events import EventLog
 from dstack_plan.watch.loop import Watcher
+from dstack_plan.watch.metrics import WatchMetrics
+from dstack_plan.watch.model import TickReport
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_run_lifecycle import RESOURCES
@@ -27,9 +31,9 @@ def flaky(marker: Path, retry: str) -> str:
     return f"type: task\nname: flaky\ncommands: [{json.dumps(command)}]\n{retry}{RESOURCES}"
 
 
-async def _tick_and_close(watcher: Watcher) -> None:
+async def _tick_and_close(watcher: Watcher) -> TickReport:
     try:
-        await watcher.tick()
+        return await watcher.tick()
     finally:
         await watcher.project.close()
 
@@ -43,12 +47,18 @@ def test_a_job_failing_once_is_retried_only_when_the_run_says_so(
     policy = "retry: {on_events: [error], duration: 1m}\n" if retry else ""
     (project / "flaky.dstack.yml").write_text(flaky(marker, policy))
     assert dstack("apply", "-y").returncode == 0
-    wait_for_status(dstack, "task.flaky", {"failed"})
+    failed = wait_for_status(dstack, "task.flaky", {"failed"})
     first = state(project)["resources"]["task.flaky"]["attributes"]["jobs"][0]["id"]
 
+    # watch's first look a second after the failure, on its clock: a loaded machine may take
+    # longer than the backoff to start a `watch --once`, which would then place it at once
+    ended = datetime.fromisoformat(failed["jobs"][0]["finished_at"]).timestamp()
     metrics = tmp_path / "watch.prom"
-    ticked = dstack("watch", "--once", "--metrics-file", str(metrics))
-    assert ticked.returncode == 0, ticked.stdout + ticked.stderr
+    exported_by = WatchMetrics()
+    looking = Project(project, agent_dir=agent_dir, clock=FakeClock(ended + 1))
+    events = EventLog(looking.backend, secret_guard=looking.guard)  # as `dstack watch` does
+    exported_by.observe(asyncio.run(_tick_and_close(Watcher(looking, events=events))))
+    exported_by.write_file(metrics)
     entry = state(project)["resources"]["task.flaky"]
     if retry:
         # back to pending: placed again after the first backoff step (15 s), on watch's clock

@@ -64,7 +64,6 @@ if TYPE_CHECKING:  # only apply needs these; planning does not import the apply 
     from dstack_plan.fleets.apply_probe import PairScope
     from dstack_plan.fleets.cloud import CloudFleetHandler
     from dstack_plan.fleets.records import BandwidthRecord
-    from dstack_plan.fleets.slurm import SlurmFleetHandler
     from dstack_plan.providers.configured import ConfiguredClouds
     from dstack_plan.providers.ssh.provider import SSHProvider
     from dstack_plan.runs.code_sources import PrivatePaths
@@ -279,12 +278,12 @@ class Project:
                 ) from None
             return CloudFleetHandler(ssh, self.clouds, boot_timeout=timeout)
 
-        def slurm() -> SlurmFleetHandler:
-            from dstack_plan.fleets.slurm import SlurmFleetHandler
+        def engine(provider: str) -> ResourceHandler:
+            from dstack_plan.fleets.engines import fleet_handler
 
-            return SlurmFleetHandler(self.machines.engine_of)
+            return fleet_handler(provider, self.machines.engine_of)
 
-        return FleetKinds(ssh, cloud, slurm)
+        return FleetKinds(ssh, cloud, engine)
 
     async def _probe_on_apply(self, fleet: str, state: State, scope: PairScope) -> BandwidthRecord:
         """The links between the pairs of hosts of `scope` of a fleet apply just provisioned,

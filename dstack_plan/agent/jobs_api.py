@@ -2,9 +2,9 @@
 whatever runs a fleet's jobs.
 
 `AgentClient` (`agent/client.py`) is the one that talks to our agent on a host; an engine
-backend whose own scheduler runs the jobs (Slurm: `providers/slurm/jobs.py`) is another. Code
-that only reads and ends jobs takes a `JobsAPI`, so it works on both; code that needs the host
-itself (its facts, claims, ports, uploads) takes an `AgentClient`.
+backend whose own scheduler runs the jobs (Slurm, Kubernetes: `providers/engine_jobs.py`) is
+another. Code that only reads and ends jobs takes a `JobsAPI`, so it works on both; code that
+needs the host itself (its facts, claims, ports, uploads) takes an `AgentClient`.
 """
 
 from __future__ import annotations

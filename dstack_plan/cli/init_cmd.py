@@ -1,7 +1,7 @@
 """`dstack init`: prepare a project directory, choose where its state lives
 (`--backend local|s3`: .dstack/backend.yml), which clouds it uses
-(`--backend aws|gcp|azure`: .dstack/backends.yml) and which Slurm clusters
-(`--backend slurm`: .dstack/backends.yml)."""
+(`--backend aws|gcp|azure`: .dstack/backends.yml) and which Slurm and Kubernetes clusters
+(`--backend slurm|kubernetes`: .dstack/backends.yml)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ def init(
         None,
         "--backend",
         help="local or s3: where the state lives (writes .dstack/backend.yml). aws, gcp or "
-        "azure: a cloud to create instances in; slurm: a Slurm cluster to submit runs to "
-        "(adds it to .dstack/backends.yml).",
+        "azure: a cloud to create instances in; slurm: a Slurm cluster to submit runs to; "
+        "kubernetes: a Kubernetes cluster to run pods on (adds it to .dstack/backends.yml).",
     ),
-    cluster: str = typer.Option(None, "--cluster", help="slurm: the cluster's name."),
+    cluster: str = typer.Option(None, "--cluster", help="slurm, kubernetes: the cluster's name."),
     login: str = typer.Option(
         None, "--login", help="slurm: the login node, USER@HOST or USER@HOST:PORT."
     ),
@@ -40,6 +40,18 @@ def init(
     ),
     account: str = typer.Option(None, "--account", help="slurm: sbatch --account."),
     qos: str = typer.Option(None, "--qos", help="slurm: sbatch --qos."),
+    kubeconfig: str = typer.Option(
+        None, "--kubeconfig", help="kubernetes: the kubeconfig file (default ~/.kube/config)."
+    ),
+    context: str = typer.Option(
+        None, "--context", help="kubernetes: the kubeconfig context (default: its current one)."
+    ),
+    namespace: str = typer.Option(
+        None, "--namespace", help="kubernetes: the namespace pods go in (default: default)."
+    ),
+    default_image: str = typer.Option(
+        None, "--default-image", help="kubernetes: the image of runs that name none."
+    ),
     project_id: str = typer.Option(None, "--project-id", help="gcp: the GCP project id."),
     subscription_id: str = typer.Option(
         None, "--subscription-id", help="azure: the Azure subscription id."
@@ -74,20 +86,21 @@ def init(
     .dstack/backends.yml (replacing its entry, keeping the others): see docs/backends.md.
     `--backend slurm --cluster NAME --login USER@HOST [--identity-file F] --gpu-partition
     A100=gpu --cpu-partition cpu [--account A] [--qos Q]` adds a Slurm cluster (replacing
-    the one of that name): see docs/slurm.md.
+    the one of that name): see docs/slurm.md. `--backend kubernetes --cluster NAME
+    [--kubeconfig F] [--context C] [--namespace N] [--default-image I]` adds a Kubernetes
+    cluster the same way (its kubeconfig must name the context).
     """
     from dstack_plan.cli.output import print_lines
     from dstack_plan.inspect.workspace import init_workspace
 
-    if backend is not None and backend not in ("local", "s3", "slurm", *_CLOUDS):
+    if backend is not None and backend not in ("local", "s3", *_ENGINES, *_CLOUDS):
         from dstack_plan.errors import DstackPlanError
 
         raise DstackPlanError(
-            f"--backend: expected local or s3 (state), aws, gcp or azure (a cloud), or slurm, "
-            f"got {backend!r}"
+            f"--backend: expected local or s3 (state), aws, gcp or azure (a cloud), or slurm "
+            f"or kubernetes (a cluster), got {backend!r}"
         )
     slurm_flags = {
-        "--cluster": cluster,
         "--login": login,
         "--identity-file": identity_file,
         "--gpu-partition": gpu_partition or None,
@@ -95,14 +108,23 @@ def init(
         "--account": account,
         "--qos": qos,
     }
+    kubernetes_flags = {
+        "--kubeconfig": kubeconfig,
+        "--context": context,
+        "--namespace": namespace,
+        "--default-image": default_image,
+    }
+    _only_for({"slurm": slurm_flags, "kubernetes": kubernetes_flags}, backend)
     if backend == "slurm":
-        print_lines(_init_slurm(directory, slurm_flags))
+        print_lines(_init_slurm(directory, {"--cluster": cluster, **slurm_flags}))
         return
-    given_slurm = [flag for flag, value in slurm_flags.items() if value]
-    if given_slurm:
+    if backend == "kubernetes":
+        print_lines(_init_kubernetes(directory, {"--cluster": cluster, **kubernetes_flags}))
+        return
+    if cluster:
         from dstack_plan.errors import DstackPlanError
 
-        raise DstackPlanError(f"{', '.join(given_slurm)}: only for --backend slurm")
+        raise DstackPlanError("--cluster: only for --backend slurm or kubernetes")
     if backend in _CLOUDS:
         cloud = _cloud_backend(
             backend,
@@ -159,6 +181,18 @@ def init(
 
 
 _CLOUDS = ("aws", "gcp", "azure")
+_ENGINES = ("slurm", "kubernetes")
+
+
+def _only_for(flags: dict[str, dict[str, Any]], backend: str | None) -> None:
+    """DstackPlanError naming the flags given that belong to another backend than `backend`
+    (`flags`: each backend's own)."""
+    for owner, owned in flags.items():
+        given = [flag for flag, value in owned.items() if value]
+        if given and owner != backend:
+            from dstack_plan.errors import DstackPlanError
+
+            raise DstackPlanError(f"{', '.join(given)}: only for --backend {owner}")
 
 
 def _init_slurm(directory: Path, flags: dict[str, Any]) -> list[str]:
@@ -200,13 +234,65 @@ def _init_slurm(directory: Path, flags: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _init_kubernetes(directory: Path, flags: dict[str, Any]) -> list[str]:
+    """Add the cluster the flags describe to .dstack/backends.yml (replacing the one of its
+    name), once its kubeconfig is found to name the context; the lines to print."""
+    from dstack_plan.config.backends import BACKENDS_FILE, backend_config, save_backend
+    from dstack_plan.config.kubernetes_backend import (
+        KubernetesBackend,
+        MissingContext,
+        cluster_from_flags,
+        kubeconfig_context,
+        with_cluster,
+    )
+    from dstack_plan.errors import DstackPlanError
+    from dstack_plan.inspect.workspace import init_workspace
+
+    if not flags["--cluster"]:
+        raise DstackPlanError(
+            "--backend kubernetes needs --cluster NAME (and --kubeconfig FILE unless it is "
+            "~/.kube/config, --context CONTEXT unless it is the file's current one)"
+        )
+    try:
+        found = cluster_from_flags(
+            flags["--cluster"],
+            kubeconfig=flags["--kubeconfig"],
+            context=flags["--context"],
+            namespace=flags["--namespace"],
+            default_image=flags["--default-image"],
+        )
+    except ValueError as e:  # pydantic's ValidationError is one
+        raise DstackPlanError(f"--backend kubernetes: {_first_error(e)}") from None
+    try:
+        # a typo in a path or a context would only show when a run is first placed
+        used = kubeconfig_context(found)
+    except ValueError as e:
+        hint = " (choose one with --context)" if isinstance(e, MissingContext) else ""
+        raise DstackPlanError(f"--backend kubernetes: {e}{hint}") from None
+    done = init_workspace(directory)
+    current = backend_config(directory, "kubernetes")
+    save_backend(
+        directory,
+        with_cluster(current if isinstance(current, KubernetesBackend) else None, found),
+    )
+    lines = [f"{d[0].upper()}{d[1:]}." for d in done]
+    which = used if found.context else f"{used} (the current one)"
+    lines.append(
+        f"Wrote {BACKENDS_FILE}: Kubernetes cluster {found.name} through context {which} of "
+        f"{found.kubeconfig}, namespace {found.namespace}."
+    )
+    return lines
+
+
 def _first_error(error: ValueError) -> str:
     from pydantic import ValidationError
 
     if isinstance(error, ValidationError):
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg']}" if where else str(first["msg"])
+        # a validator's own ValueError: its message says it all, pydantic's prefix nothing
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return f"{where}: {message}" if where else message
     return str(error)
 
 

@@ -27,8 +27,8 @@ def offer(
     backend: str = typer.Option(
         None,
         "--backend",
-        help="Only the offers of this backend of .dstack/backends.yml (aws; slurm: the Slurm "
-        "fleets' partitions), no hosts.",
+        help="Only the offers of this backend of .dstack/backends.yml (aws; slurm, kubernetes: "
+        "those fleets' partitions or node groups), no hosts.",
     ),
     state: str = common.StateOpt,
     as_json: bool = common.JsonOpt,

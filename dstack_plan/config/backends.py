@@ -1,5 +1,6 @@
-"""`.dstack/backends.yml`: the cloud providers a project may create instances in, and the
-Slurm clusters it may submit runs to (`config/slurm_backend.py`).
+"""`.dstack/backends.yml`: the cloud providers a project may create instances in, the Slurm
+clusters it may submit runs to (`config/slurm_backend.py`) and the Kubernetes clusters it may
+run pods on (`config/kubernetes_backend.py`).
 
     backends:
       - type: aws
@@ -13,8 +14,9 @@ Slurm clusters it may submit runs to (`config/slurm_backend.py`).
 
 Not to be confused with `.dstack/backend.yml` (`dstack_plan.state.backend_config`), which says
 where the *state* lives. Credentials are by reference only (a profile, a service-account file
-path, an environment variable's name): the project never holds a secret, so the file can be
-committed. Problems are ConfigErrors located FILE:LINE:COL. See docs/backends.md.
+path, a kubeconfig's path, an environment variable's name): the project never holds a secret,
+so the file can be committed. Problems are ConfigErrors located FILE:LINE:COL. See
+docs/backends.md.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dstack_plan.config.atomic import write_private_atomic
 from dstack_plan.config.base import FieldConflict, ItemError, Strict
+from dstack_plan.config.kubernetes_backend import KubernetesBackend
 from dstack_plan.config.settings_file import read_mapping, read_settings_text
 from dstack_plan.config.slurm_backend import SlurmBackend
 from dstack_plan.config.validation_errors import PendingIssue, issues_from_validation
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from dstack_plan.config.locate import Target
 
 BACKENDS_FILE = ".dstack/backends.yml"
-BACKEND_TYPES = ("aws", "gcp", "azure", "slurm")
+BACKEND_TYPES = ("aws", "gcp", "azure", "slurm", "kubernetes")
 """Every `type:` a backend may have."""
 _GCP_LABEL = re.compile(r"^[a-z0-9_-]{1,63}$")
 _GCP_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -47,6 +50,7 @@ _CREDENTIALS = {
     "gcp": "`credentials_file` (service-account JSON) or application default ones",
     "azure": "DefaultAzureCredential, or client_id and the variable client_secret_env names",
     "slurm": "each cluster's identity_file, else the SSH agent's keys",
+    "kubernetes": "each cluster's kubeconfig (its context's credentials)",
 }
 """Where each provider's credentials come from, for the comment `render_backend` writes."""
 
@@ -159,8 +163,8 @@ class AzureBackend(Strict):
 
 
 CloudBackend = AWSBackend | GCPBackend | AzureBackend
-"""A backend that creates machines (a Slurm backend runs jobs instead)."""
-AnyBackend = CloudBackend | SlurmBackend
+"""A backend that creates machines (a Slurm or Kubernetes backend runs jobs instead)."""
+AnyBackend = CloudBackend | SlurmBackend | KubernetesBackend
 Backend = Annotated[AnyBackend, Field(discriminator="type")]
 
 
@@ -206,7 +210,7 @@ def parse_backends(text: str, display: str = BACKENDS_FILE) -> BackendsFile:
         return BackendsFile(backends=[])
     data = document.data
     # each entry is checked against its own type's model: errors that go through the
-    # discriminated union would otherwise name all three models instead of the one meant
+    # discriminated union would otherwise name every model instead of the one meant
     result = document.validate(
         BackendsFile,
         lambda e: (
@@ -223,6 +227,7 @@ _MODELS: dict[str, type[AnyBackend]] = {
     "gcp": GCPBackend,
     "azure": AzureBackend,
     "slurm": SlurmBackend,
+    "kubernetes": KubernetesBackend,
 }
 
 
@@ -279,8 +284,8 @@ def _unknown_type(index: int, kind: object) -> PendingIssue:
 
 
 def backend_config(project_dir: str | Path, type_: str) -> AnyBackend | None:
-    """The project's backend of type `type_` (aws, gcp, azure or slurm); None when it has
-    none."""
+    """The project's backend of type `type_` (aws, gcp, azure, slurm or kubernetes); None
+    when it has none."""
     return load_backends(project_dir).get(type_)
 
 
@@ -301,7 +306,10 @@ def render_backend(backend: AnyBackend) -> str:
 
 def render_backends(backends: BackendsFile) -> str:
     """The whole backends file's text for `backends`."""
-    header = "# dstack-plan: backends (dstack init --backend aws|gcp|azure|slurm); commit it\n"
+    header = (
+        "# dstack-plan: backends (dstack init --backend aws|gcp|azure|slurm|kubernetes); "
+        "commit it\n"
+    )
     if not backends.backends:
         return header + "backends: []\n"
     return header + "backends:\n" + "".join(render_backend(b) for b in backends.backends)

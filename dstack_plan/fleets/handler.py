@@ -1,5 +1,5 @@
-"""The `fleet` handler: SSH fleets (`ssh_config`), cloud fleets (`nodes`) and Slurm fleets
-(`backends: [slurm]`), each to its own.
+"""The `fleet` handler: SSH fleets (`ssh_config`), cloud fleets (`nodes`) and engine fleets
+(`backends: [slurm]`, `backends: [kubernetes]`), each to its own.
 
 Which one is decided by the fleet itself: the change's desired spec for a create or update,
 the recorded entry for a refresh or delete (a fleet changing kind is replaced, so both
@@ -21,7 +21,6 @@ from dstack_plan.state.model import ResourceState, State
 if TYPE_CHECKING:
     from dstack_plan.config.runs import RunSpec
     from dstack_plan.fleets.cloud import CloudFleetHandler
-    from dstack_plan.fleets.slurm import SlurmFleetHandler
 
 
 class FleetKinds(ResourceHandler):
@@ -29,15 +28,16 @@ class FleetKinds(ResourceHandler):
         self,
         ssh: FleetHandler,
         cloud: Callable[[], CloudFleetHandler],
-        slurm: Callable[[], SlurmFleetHandler],
+        engine: Callable[[str], ResourceHandler],
     ):
         self.ssh = ssh
         self._make_cloud = cloud
         """Builds the cloud fleets' handler: only projects with cloud fleets load it."""
         self._cloud: CloudFleetHandler | None = None
-        self._make_slurm = slurm
-        """Builds the Slurm fleets' handler: only projects with Slurm fleets load it."""
-        self._slurm: SlurmFleetHandler | None = None
+        self._make_engine = engine
+        """Builds an engine backend's fleet handler (Slurm's, Kubernetes'): only projects
+        with such fleets load one."""
+        self._engines: dict[str, ResourceHandler] = {}
 
     @property
     def cloud(self) -> CloudFleetHandler:
@@ -45,26 +45,28 @@ class FleetKinds(ResourceHandler):
             self._cloud = self._make_cloud()
         return self._cloud
 
-    @property
-    def slurm(self) -> SlurmFleetHandler:
-        if self._slurm is None:
-            self._slurm = self._make_slurm()
-        return self._slurm
+    def engine(self, provider: str) -> ResourceHandler:
+        """The fleet handler of engine backend `provider`."""
+        if provider not in self._engines:
+            self._engines[provider] = self._make_engine(provider)
+        return self._engines[provider]
 
     def _for_change(self, change: ResourceChange) -> ResourceHandler:
         spec = change.after or {}
         if isinstance(spec.get("ssh_config"), dict):
             return self.ssh
-        return self.slurm if change.provider in ENGINES else self.cloud
+        if change.provider in ENGINES:
+            return self.engine(change.provider)
+        return self.cloud
 
     def _for_entry(self, current: ResourceState) -> ResourceHandler:
         if is_engine_fleet(current):
-            return self.slurm
+            return self.engine(current.provider)
         return self.cloud if is_cloud_fleet(current) else self.ssh
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
         if provider in ENGINES:
-            return self.slurm.cannot_create(kind, provider)
+            return self.engine(provider).cannot_create(kind, provider)
         handler = self.ssh if provider == SSH else self.cloud
         return handler.cannot_create(kind, provider)
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from dstack_plan.agent.client import AgentClient
     from dstack_plan.agent.jobs_api import JobsAPI
     from dstack_plan.config.fleet import SSHConfig
-    from dstack_plan.providers.slurm.engine import SlurmEngine
+    from dstack_plan.providers.engine import ClusterEngine
     from dstack_plan.providers.ssh.connect import Connection
     from dstack_plan.providers.ssh.provider import SSHProvider
 
@@ -99,9 +99,9 @@ class FleetMachines:
         """fleet name -> (its recorded ssh_config and pins as JSON, the provider built from
         them)."""
         self._retired: list[SSHProvider] = []
-        self._engines: dict[str, tuple[str, SlurmEngine]] = {}
-        """fleet name -> (its recorded cluster and pins as JSON, the engine reaching it)."""
-        self._retired_engines: list[SlurmEngine] = []
+        self._engines: dict[str, tuple[str, ClusterEngine]] = {}
+        """fleet name -> (what reaching its cluster depends on, the engine reaching it)."""
+        self._retired_engines: list[ClusterEngine] = []
         self.listings = JobListings()
         """What the agents listed, kept for a command (`fleets/listings.py`)."""
 
@@ -168,45 +168,40 @@ class FleetMachines:
         return any(h.name == host for h in FleetRecord.of(entry).hosts)
 
     def is_engine(self, fleet: str, state: State) -> bool:
-        """Whether `fleet` is capacity on a cluster whose scheduler runs the jobs (Slurm):
-        its jobs are reached through `jobs_api`, and it has no agents (no I/O)."""
+        """Whether `fleet` is capacity on a cluster whose scheduler runs the jobs (Slurm,
+        Kubernetes): its jobs are reached through `jobs_api`, and it has no agents (no I/O)."""
         if self.implicit.implicit_instances(fleet):
             return False
         entry = self.recorded(fleet, state)
         return entry is not None and is_engine_fleet(entry)
 
     async def jobs_api(self, fleet: str, host: str, state: State) -> JobsAPI:
-        """What runs the jobs of `fleet`'s machine `host`: its agent, or, on a Slurm fleet,
-        the cluster (`providers/slurm/jobs.py`; `host` is then the cluster's name). No I/O
-        until its first request."""
+        """What runs the jobs of `fleet`'s machine `host`: its agent, or, on an engine fleet,
+        the cluster (`host` is then the cluster's name). No I/O until its first request."""
         if self.is_engine(fleet, state):
-            from dstack_plan.providers.slurm.jobs import SlurmJobs
-
-            return SlurmJobs(self.engine(fleet, state))
+            return self.engine(fleet, state).jobs()
         return await self.agent(fleet, host, state)
 
-    def engine(self, fleet: str, state: State) -> SlurmEngine:
-        """The engine of Slurm fleet `fleet`, kept until `close` (no I/O yet)."""
+    def engine(self, fleet: str, state: State) -> ClusterEngine:
+        """The engine of engine fleet `fleet`, kept until `close` (no I/O yet)."""
         entry = self.recorded(fleet, state)
         if entry is None or not is_engine_fleet(entry):
-            raise ProviderError("fleet", f"fleet {fleet!r} is not a Slurm fleet in state")
+            raise ProviderError("fleet", f"fleet {fleet!r} is not an engine fleet in state")
         return self.engine_of(entry)
 
-    def engine_of(self, entry: ResourceState) -> SlurmEngine:
-        """The engine reaching the cluster Slurm fleet `entry` records, with its pins; one
-        per fleet, made anew when the recorded cluster or pins change."""
-        from dstack_plan.fleets.slurm import engine_for
-        from dstack_plan.fleets.slurm_records import SlurmFleetRecord
+    def engine_of(self, entry: ResourceState) -> ClusterEngine:
+        """The engine reaching the cluster engine fleet `entry` records (`fleets/engines.py`);
+        one per fleet, made anew when what reaching it depends on changes."""
+        from dstack_plan.fleets.engines import identity, make_engine
 
         fleet = entry.address.split(".", 1)[1]
-        record = SlurmFleetRecord.of(entry)
-        key = json.dumps([record.cluster.model_dump(mode="json"), record.pins], sort_keys=True)
+        key = identity(entry)
         cached = self._engines.get(fleet)
         if cached is not None and cached[0] == key:
             return cached[1]
         if cached is not None:
             self._retired_engines.append(cached[1])
-        engine = engine_for(record)
+        engine = make_engine(entry)
         self._engines[fleet] = (key, engine)
         return engine
 
@@ -230,7 +225,7 @@ class FleetMachines:
         agent: JobsAPI | None = None,
     ) -> list[JobInfo]:
         """The jobs the agent of `fleet`'s machine `host` (`agent`, when the caller has it;
-        the cluster of a Slurm fleet) lists, oldest first (only those of `run_name` when
+        the cluster of an engine fleet) lists, oldest first (only those of `run_name` when
         given): once per machine within a command (`listings`), else asked now."""
         if agent is None:
             agent = await self.jobs_api(fleet, host, state)
@@ -259,15 +254,15 @@ class FleetMachines:
         """`remote_port` of `fleet`'s machine `host`, reachable on this machine's 127.0.0.1:
         through an SSH forward from `local_port` (0: any free one) for an SSH host; as it is
         (local port = `remote_port`, nothing forwarded) on the implicit machines, this one;
-        on a Slurm fleet, the compute node at `address` (where the job runs: its published
-        port's `host_ip`) through the login node. Raises OSError when `local_port` cannot be
+        on an engine fleet, `address` in the cluster (where the job runs: its published port's
+        `host_ip`) as the engine reaches it. Raises OSError when `local_port` cannot be
         bound."""
         if self.implicit.implicit_instances(fleet):
             return Forward.direct(host, remote_port)
         if self.is_engine(fleet, state):
             if address is None:
                 raise ProviderError(
-                    "slurm", f"fleet {fleet!r}: which node a job runs on is not known yet"
+                    "fleet", f"fleet {fleet!r}: where the job runs is not known yet"
                 )
             return await self.engine(fleet, state).forward(address, remote_port, local_port)
         provider, instance = self._ssh_host(fleet, host, state)

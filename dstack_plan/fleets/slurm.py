@@ -12,7 +12,7 @@ region), else the backend's first cluster.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
@@ -21,14 +21,12 @@ from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.fleets.slurm_records import SlurmFleetRecord
 from dstack_plan.plan.model import ResourceChange
 from dstack_plan.plan.normalize import spec_from_normalized
+from dstack_plan.providers.engine import EngineOf
 from dstack_plan.providers.names import SLURM
 from dstack_plan.providers.slurm.engine import SlurmEngine
 from dstack_plan.providers.slurm.login import LoginNode
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
 from dstack_plan.state.model import ResourceState
-
-EngineOf = Callable[[ResourceState], SlurmEngine]
-"""The project's kept engine of a Slurm fleet in state (`FleetMachines.engine_of`)."""
 
 
 def backend_of(project_dir: str) -> SlurmBackend | None:
@@ -100,6 +98,7 @@ class SlurmFleetHandler(ResourceHandler):
     async def refresh(self, current: ResourceState, ctx: ApplyContext) -> Refreshed:
         record = SlurmFleetRecord.of(current)
         engine = self._kept(current)
+        assert isinstance(engine, SlurmEngine)
         try:
             partitions = await engine.partitions()
         except DstackPlanError as e:

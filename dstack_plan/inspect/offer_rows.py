@@ -1,5 +1,5 @@
 """The rows of `dstack offer` (`--json` prints these models), apart from how they are found
-(`inspect/offers.py`, `inspect/slurm_offers.py`)."""
+(`inspect/offers.py`, `inspect/engine_offers.py`)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,10 @@
     view = await list_offers(project, ResourcesSpec.model_validate({"gpu": "A100:2"}))
 
 The machines are this one (the `local` fleet), the hosts of every SSH fleet in state, the
-partitions of every Slurm fleet in state (`inspect/slurm_offers.py`), and the offers of the
-cloud backends `.dstack/backends.yml` configures (`providers/configured.py`; just one
-backend's offers with `backend=`, `slurm` for the partitions alone).
+partitions of every Slurm fleet and the node groups of every Kubernetes fleet in state
+(`inspect/engine_offers.py`), and the offers of the cloud backends `.dstack/backends.yml`
+configures (`providers/configured.py`; just one backend's offers with `backend=`, `slurm` or
+`kubernetes` for that engine's capacity alone).
 A fleet's host is shared by the jobs placed on it, so it matches when it can give the lower
 bounds (`providers.matching.static_mismatch`); a provider's offer is a whole machine, so every
 range must hold it (`offer_mismatch`). Each host's agent is asked what runs there, to say
@@ -43,7 +44,7 @@ from dstack_plan.providers.matching import (
     offer_mismatch,
     static_mismatch,
 )
-from dstack_plan.providers.names import CLOUDS, HOST_FLEET_PROVIDERS, SLURM
+from dstack_plan.providers.names import CLOUDS, ENGINES, HOST_FLEET_PROVIDERS
 from dstack_plan.providers.registry import GROUP, provider_class
 from dstack_plan.scheduler.occupancy import gpu_free, take
 from dstack_plan.sharing.imports import imported_fleet_names
@@ -78,7 +79,7 @@ async def list_offers(
 ) -> OfferView:
     """The machines that match `requirements`, with availability; see the module doc.
     `backend`: only the offers of that configured cloud backend (no fleet hosts), or with
-    `slurm` only the partitions of the Slurm fleets."""
+    `slurm` / `kubernetes` only the partitions / node groups of that engine's fleets."""
     state = project.backend.read().state
     deployment = str(project.deployment)
     rows: list[OfferRow] = []
@@ -110,15 +111,15 @@ async def list_offers(
         rows += await asyncio.gather(*(row(m) for m in matching))
     cloud: list[OfferRow] = []
     notes: list[str] = []
-    if backend in (None, SLURM):  # each partition of the Slurm fleets in state
-        from dstack_plan.inspect.slurm_offers import slurm_rows
+    if backend is None or backend in ENGINES:  # the capacity of the engine fleets in state
+        from dstack_plan.inspect.engine_offers import engine_rows
 
-        partitions, missed = await slurm_rows(project, state, requirements)
-        rows += partitions
+        capacity, missed = await engine_rows(project, state, requirements, backend)
+        rows += capacity
         unmatched += missed
-        if backend == SLURM and not partitions and not missed:
-            notes.append("no Slurm fleet in state: apply one first (docs/slurm.md)")
-    if backend != SLURM:
+        if backend is not None and not capacity and not missed:
+            notes.append(f"no {backend} fleet in state: apply one first (docs/{backend}.md)")
+    if backend not in ENGINES:
         cloud, notes = await _provider_offers(
             project, state.lineage, requirements, backend, unmatched
         )

@@ -33,7 +33,7 @@ from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, Ta
 from dstack_plan.errors import ConfigError, ConfigIssue
 from dstack_plan.graph.references import dependencies
 from dstack_plan.plan.host_checks import local_fact_issues, shared_host_issues
-from dstack_plan.providers.names import SLURM
+from dstack_plan.providers.names import ENGINES, KUBERNETES, SLURM
 
 if TYPE_CHECKING:  # imported when a project declares one (they load on first use)
     from dstack_plan.config.fleet import FleetSpec, SSHConfig
@@ -102,8 +102,9 @@ def _problems(resource: Resource) -> Iterator[Found]:
 
 def _fleet(spec: FleetSpec) -> Iterator[Found]:
     ssh = spec.ssh_config
-    if ssh is None and spec.backends and SLURM in spec.backends:
-        yield from _slurm_fleet(spec)
+    engines = [b for b in spec.backends or () if b in ENGINES]
+    if ssh is None and engines:
+        yield from _engine_fleet(spec, engines[0])
         return
     if ssh is None:
         if spec.nodes is None:
@@ -117,17 +118,22 @@ def _fleet(spec: FleetSpec) -> Iterator[Found]:
     yield from _hosts(ssh)
 
 
-def _slurm_fleet(spec: FleetSpec) -> Iterator[Found]:
-    """A Slurm fleet is capacity on a cluster: its nodes are Slurm's (docs/slurm.md)."""
-    if spec.backends != (SLURM,):
-        yield ("backends",), "a Slurm fleet has one backend: backends: [slurm]"
+_ENGINE_CAPACITY = {
+    SLURM: ("Slurm", "partitions (gpu_partitions, cpu_partitions in .dstack/backends.yml)"),
+    KUBERNETES: ("Kubernetes", "nodes, as its scheduler places the pods"),
+}
+
+
+def _engine_fleet(spec: FleetSpec, engine: str) -> Iterator[Found]:
+    """A Slurm or Kubernetes fleet is capacity on a cluster: its nodes are the cluster's
+    (docs/slurm.md, docs/kubernetes.md)."""
+    title, capacity = _ENGINE_CAPACITY[engine]
+    if spec.backends != (engine,):
+        yield ("backends",), f"a {title} fleet has one backend: backends: [{engine}]"
     if spec.nodes is not None:
         yield (
             ("nodes",),
-            (
-                "a Slurm fleet creates no nodes: runs go to the cluster's partitions "
-                "(gpu_partitions, cpu_partitions in .dstack/backends.yml); drop 'nodes'"
-            ),
+            f"a {title} fleet creates no nodes: runs go to the cluster's {capacity}; drop 'nodes'",
         )
     if spec.env:
         yield ("env",), "'env' is only for SSH fleets"

@@ -1,31 +1,75 @@
-"""A Slurm cluster's jobs behind the job half of the agent's interface (`agent/jobs_api.py`).
+"""An engine cluster's jobs behind the job half of the agent's interface (`agent/jobs_api.py`).
 
-What reads and ends jobs (refresh, watch, `ps`, `logs`, `stop`, destroy) asks a cluster as it
-asks an agent. The differences are the engine's: a stop's SIGKILL is Slurm's cancel, left to
-the login node; the output is read from the shared filesystem, polled while it grows; a job
-is submitted with the rest of its run (`SlurmEngine.submit`), never alone.
+What reads and ends jobs (refresh, watch, `ps`, `logs`, `stop`, destroy) asks a Slurm or
+Kubernetes cluster as it asks an agent. The differences are the engine's: an engine answers
+from a poll of the cluster, never holding an answer until a job ends; a stop's SIGKILL is the
+engine's, left to it (Slurm's cancel, Kubernetes' grace period); output is polled while it
+grows; a job is submitted with the rest of its run (`runs/engine_runs.py`), never alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from dstack_plan.agent.api_models import JobInfo, JobStatus, LogChunk
+from dstack_plan.agent.api_models import JobInfo, JobSpec, JobStatus, LogChunk
 from dstack_plan.agent.jobs_api import JobsAPI, read_all_logs
-from dstack_plan.errors import AgentError, SSHError
-from dstack_plan.providers.slurm.engine import LOG_CHUNK, SlurmEngine
+from dstack_plan.agent.spec import JobSpec as CheckedSpec
+from dstack_plan.agent.spec import SpecError, parse_job_spec
+from dstack_plan.clock import Clock
+from dstack_plan.errors import AgentError, ProviderError
 
 FOLLOW_POLL = 1.0
 """Seconds between reads of a followed job's output while it has nothing new."""
+LOG_CHUNK = 1 << 20
+"""Bytes of output one read returns at most."""
 
 
-class SlurmJobs:
-    """`JobsAPI` over one cluster's `SlurmEngine`. A login node that cannot be reached is an
+def checked_spec(spec: JobSpec, provider: str) -> CheckedSpec:
+    """`spec` as an agent would take it: checked, its secrets known by name (so what an
+    engine records of it is redacted as an agent's record is)."""
+    try:
+        return parse_job_spec(spec.to_wire())
+    except SpecError as e:
+        raise ProviderError(provider, f"job {spec.id}: {e}") from e
+
+
+class JobEngine(Protocol):
+    """What an engine does with the jobs it runs, by our job ids."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def unreachable(self) -> tuple[type[Exception], ...]:
+        """The errors that mean the cluster could not be reached (not that a job is wrong)."""
+        ...
+
+    async def list_jobs(self, run_name: str | None = None) -> list[JobInfo]: ...
+
+    async def get_job(self, job_id: str) -> JobInfo: ...
+
+    async def stop(self, job_id: str, timeout: float, abort: bool = False) -> JobInfo: ...
+
+    async def delete(self, job_id: str) -> None: ...
+
+    async def logs(
+        self, job_id: str, offset: int = 0, limit: int = LOG_CHUNK
+    ) -> tuple[bytes, int, bool]:
+        """Up to `limit` bytes from `offset`: (the bytes, the output's size, whether the job
+        has ended)."""
+        ...
+
+
+class EngineJobs:
+    """`JobsAPI` over one cluster's engine. A cluster that cannot be reached is an
     AgentError, as an agent that cannot be: what reads jobs concludes nothing from it."""
 
-    def __init__(self, engine: SlurmEngine):
+    def __init__(self, engine: JobEngine):
         self.engine = engine
         self.host = engine.name
 
@@ -33,7 +77,7 @@ class SlurmJobs:
     def _reaching(self) -> Iterator[None]:
         try:
             yield
-        except SSHError as e:
+        except self.engine.unreachable as e:
             raise AgentError(self.host, f"cannot reach the cluster: {e}") from e
 
     async def list_jobs(
@@ -144,5 +188,5 @@ class SlurmJobs:
         return (await self.get_job(job_id)).stop_timeout
 
 
-if TYPE_CHECKING:  # mypy holds SlurmJobs to the protocol it serves
-    _SERVES: type[JobsAPI] = SlurmJobs
+if TYPE_CHECKING:  # mypy holds EngineJobs to the protocol it serves
+    _SERVES: type[JobsAPI] = EngineJobs

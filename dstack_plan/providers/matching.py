@@ -33,6 +33,10 @@ from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.units import format_memory
 from dstack_plan.providers.base import GPU, MachineResources
 
+NO_DISK_LIMIT_GB = 1e9
+"""The disk of a cluster's node (a Slurm partition's, a Kubernetes node group's) as matching
+sees it: not something a job asks the cluster's scheduler for."""
+
 
 def static_mismatch(requirements: ResourcesSpec, machine: MachineResources) -> str | None:
     """Why a host could never take such a job, even with nothing else running on it (the

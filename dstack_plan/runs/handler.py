@@ -149,7 +149,7 @@ class RunHandler(ResourceHandler):
                 raise NoCapacity(fleet, waiting_for(change.placement), change.address)
             raise ProviderError(fleet, change.placement.note or "cannot be placed")
         state = ctx.current_state()
-        if self.machines.is_engine(fleet, state):  # Slurm: its scheduler places the jobs
+        if self.machines.is_engine(fleet, state):  # Slurm, Kubernetes: theirs places the jobs
             return await self._start_on_engine(change, spec, fleet, state, ctx)
         burst = change.placement.offer if change.placement is not None else None
         if burst is not None:  # the plan sent it to new machines of a cloud fleet
@@ -194,7 +194,7 @@ class RunHandler(ResourceHandler):
     async def _start_on_engine(
         self, change: ResourceChange, spec: RunSpec, fleet: str, state: State, ctx: ApplyContext
     ) -> Outcome:
-        """Submit the run to the cluster of Slurm fleet `fleet` (`runs/engine_runs.py`)."""
+        """Submit the run to the cluster of engine fleet `fleet` (`runs/engine_runs.py`)."""
         generation = int(ctx.clock.now() * 1000)
         jobs = await self._submit_on_engine(change, spec, fleet, generation, state, ctx)
         return self._started(change, spec, fleet, generation, jobs, state, 0.0)
@@ -210,13 +210,9 @@ class RunHandler(ResourceHandler):
         only: Sequence[JobSlot] | None = None,
     ) -> list[Submitted]:
         """Submit the run's jobs (`only` those slots: a service's new replicas) to the
-        cluster of Slurm fleet `fleet`; the command's listing of it told."""
-        from dstack_plan.fleets.slurm_records import SlurmFleetRecord
+        cluster of engine fleet `fleet`; the command's listing of it told."""
         from dstack_plan.runs.engine_runs import submit_run
 
-        entry = self.machines.recorded(fleet, state)
-        assert entry is not None  # is_engine said so
-        record = SlurmFleetRecord.of(entry)
         nodes = max(s.node for s in slots(spec)) + 1
         context = JobContext(
             run_name=change.name,
@@ -224,15 +220,15 @@ class RunHandler(ResourceHandler):
             generation=generation,
             deployment=self.deployment,
             nodes_num=nodes,
-            master_ip="",  # each node learns the addresses from Slurm (`script.node_script`)
+            master_ip="",  # each node learns the addresses from the engine
             node_ips=("",) * nodes,
         )
-        engine = self.machines.engine(fleet, state)
         jobs = await submit_run(
-            engine, record, fleet, spec, context, self.secrets, ctx, change.address, only
+            self.machines, fleet, state, spec, context, self.secrets, ctx, change.address, only
         )
-        key = self.machines.machine_key(fleet, record.cluster.name)
-        self.machines.listings.record(key, [j.info for j in jobs])
+        for host in {j.machine.host for j in jobs}:
+            key = self.machines.machine_key(fleet, host)
+            self.machines.listings.record(key, [j.info for j in jobs if j.machine.host == host])
         return jobs
 
     def _started(
@@ -552,7 +548,7 @@ class RunHandler(ResourceHandler):
 
     async def _fleet_hosts(self, fleet: str, state: State) -> set[str] | None:
         """The hosts `fleet` has now (none: a cloud fleet whose machines were released);
-        None when the fleet is gone from state, or is a Slurm cluster (only the recorded
+        None when the fleet is gone from state, or an engine cluster (only the recorded
         hosts are known)."""
         if self.machines.is_engine(fleet, state):
             return None

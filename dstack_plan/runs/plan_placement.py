@@ -195,7 +195,7 @@ class RunPlacement:
         deployment = self._deployment
         if any(run.starts for run in runs):  # what only keeps running needs no export
             self.machines.check_placeable(fleet)
-        if self.machines.is_engine(fleet, state):  # Slurm: a partition, Slurm's estimate
+        if self.machines.is_engine(fleet, state):  # Slurm, Kubernetes: the engine places them
             return await self._place_on_engine(fleet, runs, state)
         load = await fleet_load(self.machines, fleet, state, deployment)
         if load.candidates:
@@ -219,8 +219,8 @@ class RunPlacement:
     async def _place_on_engine(
         self, fleet: str, runs: list[HostRun], state: State
     ) -> FleetPlacements:
-        """Runs on Slurm fleet `fleet`: each to its partition (`runs/engine_runs.py`); one
-        no partition could ever take is never placed."""
+        """Runs on engine fleet `fleet` (Slurm, Kubernetes): each where its engine takes it
+        (`runs/engine_runs.py`); one the cluster could never take is never placed."""
         from dstack_plan.runs.engine_runs import plan_placement
 
         placements: dict[str, Placement] = {}
@@ -274,7 +274,7 @@ def fleet_of(resource: Resource, fleets: dict[str, Resource]) -> str:
 
 
 def placeable(fleet: str, provider: str, items: Mapping[str, DesiredItem], state: State) -> bool:
-    """Whether the plan can place runs on `fleet`: the local fleet, or an SSH (or Slurm)
+    """Whether the plan can place runs on `fleet`: the local fleet, or an SSH (or engine)
     fleet that state records as this plan leaves it (one it creates or changes is known
     after apply), or another project's fleet (its owner's apply changes it, not this plan)."""
     if fleet == LOCAL_FLEET or is_imported(fleet):

@@ -123,7 +123,9 @@ async def plan_placement(
             fleet=fleet, provider=SLURM, placed=False, note=f"{e.detail} [{partitions}]"
         )
     note = placement_note(plan, record)
-    estimate = await machines.engine(fleet, state).estimate(plan.request)
+    engine = machines.engine(fleet, state)
+    assert isinstance(engine, SlurmEngine)
+    estimate = await engine.estimate(plan.request)
     start = estimate.start
     # Slurm's clock has whole seconds: a start within the next few is a start now
     waits = start is not None and start > now + QUEUED_AFTER
@@ -157,9 +159,9 @@ def cluster_machine(fleet: str, record: SlurmFleetRecord) -> Machine:
 
 
 async def submit_run(
-    engine: SlurmEngine,
-    record: SlurmFleetRecord,
+    machines: FleetMachines,
     fleet: str,
+    state: State,
     spec: RunSpec,
     context: JobContext,
     secrets: SecretStore,
@@ -167,8 +169,14 @@ async def submit_run(
     address: str,
     only: Sequence[JobSlot] | None = None,
 ) -> list[Submitted]:
-    """Submit `spec`'s jobs (`only` those slots when given) to the cluster: a task's nodes
-    as one Slurm job, each replica of a service as its own; what was submitted, per slot."""
+    """Submit `spec`'s jobs (`only` those slots when given) to the cluster of Slurm fleet
+    `fleet`: a task's nodes as one Slurm job, each replica of a service as its own; what was
+    submitted, per slot."""
+    entry = machines.recorded(fleet, state)
+    assert entry is not None
+    record = SlurmFleetRecord.of(entry)
+    engine = machines.engine(fleet, state)
+    assert isinstance(engine, SlurmEngine)
     plan = plan_run(spec, record, comment=f"{context.deployment}/{context.run_name}")
     machine = cluster_machine(fleet, record)
     wanted = list(only) if only is not None else slots(spec)

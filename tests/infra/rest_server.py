@@ -29,24 +29,39 @@ class Request:
     headers: dict[str, str]
     body: Any
     """The JSON body, decoded (None when empty; the raw text when not JSON)."""
+    raw: bytes = b""
+    """The body's bytes as sent (for apps that pass bodies through, such as a proxy)."""
+    query_string: str = ""
+    """The query as sent (`query` drops blank values and reorders)."""
 
 
 @dataclass
 class Reply:
+    """What the server sends back: `body` as JSON, or `raw` bytes as they are."""
+
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
+    """Sent instead of `body` when set, with `content_type` (unless `headers` name one)."""
+    content_type: str = "application/octet-stream"
 
 
 class RestApp:
     """What a fake API answers. Subclasses implement `handle`; `lock` guards their state
     (requests come in on several threads)."""
 
+    handle_under_lock = True
+    """Whether the server holds `lock` while `handle` runs. An app that waits inside `handle`
+    (e.g. forwarding to another server) sets False and takes `lock` itself."""
+
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.lock = threading.RLock()
         self.base_url = ""
         """Set by the server once it listens: `http://127.0.0.1:PORT`."""
+        self.errors: list[str] = []
+        """Exceptions `handle` raised (each answered 500), for tests to assert none."""
 
     def handle(self, request: Request) -> Reply:
         raise NotImplementedError
@@ -110,28 +125,56 @@ def _handler_for(app: RestApp) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length).decode() if length else ""
+            raw_bytes = self.rfile.read(length) if length else b""
+            # bodies a proxying app passes through may be binary: the text form is lossy
+            raw = raw_bytes.decode(errors="replace")
             try:
                 body: Any = json.loads(raw) if raw else None
             except ValueError:
                 body = raw
             url = urlsplit(self.path)
             request = Request(
-                self.command, url.path, parse_qs(url.query), dict(self.headers.items()), body
+                self.command,
+                url.path,
+                parse_qs(url.query),
+                dict(self.headers.items()),
+                body,
+                raw_bytes,
+                url.query,
             )
             with app.lock:
                 app.requests.append(request)
-                reply = app.handle(request)
-            data = b"" if reply.body is None else json.dumps(reply.body).encode()
+            reply = self._answer(request)
+            headers = dict(reply.headers)
+            has_type = any(k.lower() == "content-type" for k in headers)
+            if reply.raw is not None:
+                data = reply.raw
+                if not has_type:
+                    headers["Content-Type"] = reply.content_type
+            else:
+                data = b"" if reply.body is None else json.dumps(reply.body).encode()
+                if data and not has_type:
+                    headers["Content-Type"] = "application/json"
             self.send_response(reply.status)
-            for key, value in reply.headers.items():
+            for key, value in headers.items():
                 self.send_header(key, value)
-            if data:
-                self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+        def _answer(self, request: Request) -> Reply:
+            try:
+                if not app.handle_under_lock:
+                    return app.handle(request)
+                with app.lock:
+                    return app.handle(request)
+            except Exception as e:  # noqa: BLE001 - a fake's bug answers 500, and is kept
+                message = f"{request.method} {request.path}: {e!r}"
+                with app.lock:
+                    app.errors.append(message)
+                return Reply(500, {"error": message})
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
 
     return Handler

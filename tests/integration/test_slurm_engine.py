@@ -18,8 +18,8 @@ from pydantic import SecretStr
 
 from dstack_plan.agent.api_models import JobSpec, JobStatus, TerminationReason
 from dstack_plan.config.slurm_backend import SlurmCluster
+from dstack_plan.providers.engine_jobs import EngineJobs
 from dstack_plan.providers.slurm.engine import SlurmEngine
-from dstack_plan.providers.slurm.jobs import SlurmJobs
 from dstack_plan.providers.slurm.login import LoginNode
 from dstack_plan.providers.slurm.script import SlurmRequest
 from dstack_plan.providers.ssh.pins import MemoryHostKeyStore
@@ -92,7 +92,7 @@ async def test_a_two_node_run_learns_its_ranks_and_nodes_from_slurm(
         assert (first.status, second.status) == (JobStatus.DONE, JobStatus.DONE)
         assert first.exit_code == 0 and second.exit_code == 0
 
-        jobs = SlurmJobs(engine)
+        jobs = EngineJobs(engine)
         logs = [(await jobs.read_all_logs(s.id)).decode() for s in specs]
         cpu1, cpu2 = (f"{slurm_cluster.login_address.rsplit('.', 1)[0]}.{n}" for n in (11, 12))
         assert f"rank=0 of 2 on cpu1 master={cpu1} job={specs[0].id} token=s3cret-value" in logs[0]
@@ -114,7 +114,7 @@ async def test_a_gpu_run_goes_to_the_gpu_partition_with_its_gres(config: SlurmCl
         await engine.submit(request, specs)
         info = await _until(lambda: engine.get_job(specs[0].id), lambda i: i.finished)
         assert info.status is JobStatus.DONE
-        output = (await SlurmJobs(engine).read_all_logs(specs[0].id)).decode()
+        output = (await EngineJobs(engine).read_all_logs(specs[0].id)).decode()
         assert "gpus=2" in output and ("on gpu1" in output or "on gpu2" in output)
 
 
@@ -148,7 +148,7 @@ async def test_stop_sends_sigterm_and_kills_after_the_grace(config: SlurmCluster
         command = "trap 'echo got TERM' TERM; echo started; while true; do sleep 1; done"
         specs = _specs("stubborn", 1, command)
         await engine.submit(SlurmRequest(partition="cpu", mem_mb=200), specs)
-        jobs = SlurmJobs(engine)
+        jobs = EngineJobs(engine)
         await _until(lambda: jobs.logs(specs[0].id), lambda c: b"started" in c.data)
         await jobs.stop(specs[0].id, timeout=3)
         ended = await jobs.wait(specs[0].id, timeout=READY)

@@ -107,14 +107,14 @@ def test_unknown_top_level_key_is_located() -> None:
 def test_unknown_type_says_which_exist() -> None:
     assert errors("backends:\n  - type: oracle\n") == [
         f"{BACKENDS_FILE}:2:11: error: backends.0.type: unknown backend type 'oracle': "
-        "expected one of aws, gcp, azure, slurm"
+        "expected one of aws, gcp, azure, slurm, kubernetes"
     ]
 
 
 def test_missing_type_and_required_fields() -> None:
     assert errors("backends:\n  - regions: [x]\n") == [
         f"{BACKENDS_FILE}:2:5: error: backends.0: missing required key 'type' "
-        "(aws, gcp, azure, slurm)"
+        "(aws, gcp, azure, slurm, kubernetes)"
     ]
     assert errors("backends:\n  - type: gcp\n") == [
         f"{BACKENDS_FILE}:2:5: error: backends.0: missing required key 'project_id'"

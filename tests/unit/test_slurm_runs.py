@@ -1,4 +1,4 @@
-"""Where a run goes on a Slurm fleet and what it asks Slurm for (`runs/engine_runs.py`),
+"""Where a run goes on a Slurm fleet and what it asks Slurm for (`runs/slurm_runs.py`),
 decided from the partitions the fleet recorded: the same at plan time and at apply."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dstack_plan.errors import ProviderError
 from dstack_plan.fleets.slurm_records import SlurmFleetRecord
 from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.slurm.partitions import Partition, parse_nodes, partitions_of
-from dstack_plan.runs.engine_runs import plan_run
+from dstack_plan.runs.slurm_runs import plan_run
 
 CLUSTER = SlurmCluster(
     name="hpc",

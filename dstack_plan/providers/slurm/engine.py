@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from dstack_plan.agent.api_models import JobInfo, JobSpec, JobStatus, PublishedPort
 from dstack_plan.agent.spec import JobSpec as CheckedSpec
-from dstack_plan.agent.spec import SpecError, parse_job_spec
 from dstack_plan.clock import Clock, SystemClock
-from dstack_plan.errors import AgentError, ProviderError, SSHError
+from dstack_plan.errors import AgentError, SSHError
+from dstack_plan.providers.engine_jobs import LOG_CHUNK, EngineJobs, checked_spec
 from dstack_plan.providers.slurm import script
 from dstack_plan.providers.slurm.listing import (
     JOB_NAME_PREFIX,
@@ -41,9 +41,6 @@ from dstack_plan.providers.slurm.states import node_outcome, slurm_time
 
 if TYPE_CHECKING:
     from dstack_plan.providers.ssh.forward import Forward
-
-LOG_CHUNK = 1 << 20
-"""Bytes of output one read returns at most."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +65,13 @@ class SlurmEngine:
     def name(self) -> str:
         return self.login.name
 
+    unreachable: tuple[type[Exception], ...] = (SSHError,)
+    """A login node that does not answer: the cluster's jobs are not known, not gone."""
+
+    def jobs(self) -> EngineJobs:
+        """The cluster's jobs behind the job half of the agent's interface."""
+        return EngineJobs(self)
+
     def job_dir(self, key: str) -> str:
         """The directory of job `key` on the login node, as a shell word."""
         return f"{shell_path(self.cluster.work_dir)}/{shlex.quote(key)}"
@@ -88,7 +92,7 @@ class SlurmEngine:
             return []
         key = specs[0].id
         ids = [s.id for s in specs]
-        first = _checked(specs[0])
+        first = checked_spec(specs[0], "slurm")
         now = self.clock.now()
         home = await self._home()
         work = _absolute(self.cluster.work_dir, home)
@@ -268,15 +272,6 @@ def _absolute(path: str, home: str) -> str:
     if path.startswith("~/"):
         return f"{home}/{path[2:]}"
     return path if path.startswith("/") else f"{home}/{path}"
-
-
-def _checked(spec: JobSpec) -> CheckedSpec:
-    """`spec` as an agent would take it: checked, its secrets known by name (so what is
-    recorded of it is redacted as an agent's record is)."""
-    try:
-        return parse_job_spec(spec.to_wire())
-    except SpecError as e:
-        raise ProviderError("slurm", f"job {spec.id}: {e}") from e
 
 
 def _node_env(spec: CheckedSpec) -> dict[str, str]:

@@ -23,12 +23,9 @@ from collections.abc import Sequence
 from dstack_plan.config.resources import ResourcesSpec
 from dstack_plan.config.slurm_backend import SlurmCluster
 from dstack_plan.providers.base import GPU, MachineResources
-from dstack_plan.providers.matching import gpus_wanted, static_mismatch
+from dstack_plan.providers.matching import NO_DISK_LIMIT_GB, gpus_wanted, static_mismatch
 from dstack_plan.providers.slurm.partitions import Partition
 from dstack_plan.providers.slurm.script import SlurmRequest, time_minutes
-
-NO_DISK_LIMIT_GB = 1e9
-"""A partition's disk as matching sees it: not something a job asks Slurm for."""
 
 
 def node_resources(partition: Partition) -> MachineResources:

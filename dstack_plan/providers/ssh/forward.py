@@ -12,7 +12,7 @@ what a job serves is not opened to this machine's network.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import asyncssh
@@ -24,6 +24,15 @@ REMOTE_ADDRESS = "127.0.0.1"
 the host network listen there too."""
 
 
+class Listener(Protocol):
+    """What accepts the forwarded connections: an SSH listener, or a Kubernetes cluster's
+    HTTP relay (`providers/kubernetes/relay.py`)."""
+
+    def close(self) -> None: ...
+
+    async def wait_closed(self) -> None: ...
+
+
 @dataclass
 class Forward:
     """A port of a host, reachable on this machine's `LISTEN_ADDRESS`:`local_port`."""
@@ -31,8 +40,8 @@ class Forward:
     host: str
     remote_port: int
     local_port: int
-    listener: asyncssh.SSHListener | None = None
-    """The SSH listener; None when nothing is forwarded (see `direct`)."""
+    listener: Listener | None = None
+    """The SSH listener (or relay); None when nothing is forwarded (see `direct`)."""
 
     @property
     def forwarded(self) -> bool:

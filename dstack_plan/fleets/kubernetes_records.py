@@ -9,38 +9,23 @@ credential (the kubeconfig stays where it is, named by its path).
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
-
 from dstack_plan.config.kubernetes_backend import KubernetesCluster
+from dstack_plan.fleets.engine_records import EngineFleetRecord
 from dstack_plan.providers.kubernetes.nodes import NodeGroup
 from dstack_plan.state.identity_memo import IdentityMemo
 from dstack_plan.state.model import ResourceState
 
 
-class KubernetesFleetRecord(BaseModel):
+class KubernetesFleetRecord(EngineFleetRecord):
     """The attributes of a Kubernetes fleet's state entry."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
 
     cluster: KubernetesCluster
     node_groups: tuple[NodeGroup, ...] = ()
-    problem: str | None = None
-    """Why the last look at the cluster failed (the API server did not answer); None when
-    it answered."""
-
-    @property
-    def status(self) -> str:
-        return "unreachable" if self.problem else "active"
 
     @classmethod
     def of(cls, entry: ResourceState) -> KubernetesFleetRecord:
         """The record `entry` holds (read once per entry object)."""
         return _RECORDS.get_or_make(entry, lambda e: cls.model_validate(e.attributes))
-
-    def to_attributes(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_defaults=True)
 
 
 _RECORDS: IdentityMemo[ResourceState, KubernetesFleetRecord] = IdentityMemo()

@@ -10,40 +10,25 @@ host key, pinned on first use.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
-
 from dstack_plan.config.slurm_backend import SlurmCluster
+from dstack_plan.fleets.engine_records import EngineFleetRecord
 from dstack_plan.providers.slurm.partitions import Partition
 from dstack_plan.state.identity_memo import IdentityMemo
 from dstack_plan.state.model import ResourceState
 
 
-class SlurmFleetRecord(BaseModel):
+class SlurmFleetRecord(EngineFleetRecord):
     """The attributes of a Slurm fleet's state entry."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
 
     cluster: SlurmCluster
     pins: dict[str, str] = {}
     """The login node's (and a jump host's) pinned host keys, by host name."""
     partitions: tuple[Partition, ...] = ()
-    problem: str | None = None
-    """Why the last look at the cluster failed (the login node did not answer); None when
-    it answered."""
-
-    @property
-    def status(self) -> str:
-        return "unreachable" if self.problem else "active"
 
     @classmethod
     def of(cls, entry: ResourceState) -> SlurmFleetRecord:
         """The record `entry` holds (read once per entry object)."""
         return _RECORDS.get_or_make(entry, lambda e: cls.model_validate(e.attributes))
-
-    def to_attributes(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_defaults=True)
 
 
 _RECORDS: IdentityMemo[ResourceState, SlurmFleetRecord] = IdentityMemo()

@@ -18,35 +18,31 @@ from dataclasses import dataclass
 
 from dstack_plan.apply.handlers import ApplyContext
 from dstack_plan.config.kubernetes_backend import KubernetesCluster
-from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
+from dstack_plan.config.runs import RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
 from dstack_plan.fleets.kubernetes_records import KubernetesFleetRecord
-from dstack_plan.fleets.machines import FleetMachines, Machine
+from dstack_plan.fleets.machines import FleetMachines
 from dstack_plan.plan.model import Placement
-from dstack_plan.providers.base import Instance
 from dstack_plan.providers.kubernetes.engine import KubernetesEngine
 from dstack_plan.providers.kubernetes.manifests import KubeRequest
 from dstack_plan.providers.kubernetes.nodes import NodeGroup, choose_group, describe
 from dstack_plan.providers.matching import gpus_wanted
 from dstack_plan.providers.names import KUBERNETES
-from dstack_plan.runs.jobs import JobContext, JobSlot, build_job, run_kind, slots, stop_seconds
+from dstack_plan.runs.cluster_runs import cluster_machine, not_yet
+from dstack_plan.runs.jobs import JobContext, JobSlot, build_job, slots, stop_seconds
 from dstack_plan.runs.submission import Submitted
 from dstack_plan.state.model import State
 
 
 def engine_refusal(spec: RunSpec) -> str | None:
     """Why a Kubernetes fleet cannot run `spec` in this version; None when it can."""
-    kind = run_kind(spec)
-    if isinstance(spec, DevEnvironmentSpec):
-        return f"{kind}s cannot run on a Kubernetes fleet yet (tasks and services can)"
-    if spec.files or spec.repos:
-        return "files: and repos: are not sent to Kubernetes pods yet (bake them into the image)"
-    if spec.volumes:
-        return "volumes: are not mounted on Kubernetes fleets yet"
-    if isinstance(spec, TaskSpec | ServiceSpec) and spec.groups:
-        return "groups cannot run on a Kubernetes fleet yet (one shape for every node or replica)"
-    return None
+    return not_yet(
+        spec,
+        "Kubernetes",
+        "bake them into the image",
+        "read data from object storage or the image",
+    )
 
 
 @dataclass(frozen=True)
@@ -134,23 +130,6 @@ async def plan_placement(
     )
 
 
-def cluster_machine(fleet: str, record: KubernetesFleetRecord) -> Machine:
-    """The cluster as the one "machine" a Kubernetes fleet's jobs record (`JobRecord.host`)."""
-    cluster = record.cluster
-    instance = Instance(
-        provider=KUBERNETES,
-        id=cluster.name,
-        name=cluster.name,
-        fleet=fleet,
-        hostname=cluster.name,
-        region=cluster.name,
-    )
-    return Machine(
-        fleet=fleet, provider=KUBERNETES, host=cluster.name, address=cluster.name,
-        instance=instance,
-    )  # fmt: skip
-
-
 async def submit_run(
     machines: FleetMachines,
     fleet: str,
@@ -171,7 +150,7 @@ async def submit_run(
     engine = machines.engine(fleet, state)
     assert isinstance(engine, KubernetesEngine)
     plan = plan_run(spec, record)
-    machine = cluster_machine(fleet, record)
+    machine = cluster_machine(fleet, KUBERNETES, record.cluster.name, record.cluster.name)
     wanted = list(only) if only is not None else slots(spec)
     jobs = [build_job(spec, slot, context, secrets, ctx.run_args) for slot in wanted]
     ctx.progress(address, placement_note(plan, record))

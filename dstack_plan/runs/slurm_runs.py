@@ -25,16 +25,16 @@ from dstack_plan.apply.handlers import ApplyContext
 from dstack_plan.config.runs import DevEnvironmentSpec, RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
-from dstack_plan.fleets.machines import FleetMachines, Machine
+from dstack_plan.fleets.machines import FleetMachines
 from dstack_plan.fleets.slurm_records import SlurmFleetRecord
 from dstack_plan.plan.model import Placement
-from dstack_plan.providers.base import Instance
 from dstack_plan.providers.names import SLURM
 from dstack_plan.providers.slurm.engine import SlurmEngine
 from dstack_plan.providers.slurm.partitions import Partition, describe
 from dstack_plan.providers.slurm.request import choose_partition, slurm_request
 from dstack_plan.providers.slurm.script import Container, SlurmRequest
-from dstack_plan.runs.jobs import JobContext, JobSlot, build_job, run_kind, slots, stop_seconds
+from dstack_plan.runs.cluster_runs import cluster_machine, not_yet
+from dstack_plan.runs.jobs import JobContext, JobSlot, build_job, slots, stop_seconds
 from dstack_plan.runs.submission import Submitted
 from dstack_plan.state.model import State
 
@@ -44,22 +44,17 @@ QUEUED_AFTER = 5.0
 
 def engine_refusal(spec: RunSpec, record: SlurmFleetRecord) -> str | None:
     """Why fleet `record` cannot run `spec` in this version; None when it can."""
-    kind = run_kind(spec)
-    if isinstance(spec, DevEnvironmentSpec):
-        return f"{kind}s cannot run on a Slurm fleet yet (tasks and services can)"
-    if spec.image and record.cluster.containers == "none":
+    if (
+        spec.image
+        and record.cluster.containers == "none"
+        and not isinstance(spec, DevEnvironmentSpec)
+    ):
         return (
             f"image {spec.image!r}: cluster {record.cluster.name} runs no containers "
             "(containers: none in .dstack/backends.yml); drop `image:` to run the commands on "
             "the nodes, or set containers: pyxis or apptainer where the site has them"
         )
-    if spec.files or spec.repos:
-        return "files: and repos: are not sent to Slurm clusters yet (use the shared filesystem)"
-    if spec.volumes:
-        return "volumes: are not mounted on Slurm clusters yet (use the shared filesystem)"
-    if isinstance(spec, TaskSpec | ServiceSpec) and spec.groups:
-        return "groups cannot run on a Slurm fleet yet (one shape for every node or replica)"
-    return None
+    return not_yet(spec, "Slurm", "use the shared filesystem", "use the shared filesystem")
 
 
 @dataclass(frozen=True)
@@ -142,22 +137,6 @@ async def plan_placement(
     )
 
 
-def cluster_machine(fleet: str, record: SlurmFleetRecord) -> Machine:
-    """The cluster as the one "machine" a Slurm fleet's jobs record (`JobRecord.host`)."""
-    cluster = record.cluster
-    instance = Instance(
-        provider=SLURM,
-        id=cluster.name,
-        name=cluster.name,
-        fleet=fleet,
-        hostname=cluster.hostname,
-        region=cluster.name,
-    )
-    return Machine(
-        fleet=fleet, provider=SLURM, host=cluster.name, address=cluster.name, instance=instance
-    )
-
-
 async def submit_run(
     machines: FleetMachines,
     fleet: str,
@@ -178,7 +157,7 @@ async def submit_run(
     engine = machines.engine(fleet, state)
     assert isinstance(engine, SlurmEngine)
     plan = plan_run(spec, record, comment=f"{context.deployment}/{context.run_name}")
-    machine = cluster_machine(fleet, record)
+    machine = cluster_machine(fleet, SLURM, record.cluster.name, record.cluster.hostname)
     wanted = list(only) if only is not None else slots(spec)
     jobs = [build_job(spec, slot, context, secrets, ctx.run_args) for slot in wanted]
     ctx.progress(address, placement_note(plan, record))

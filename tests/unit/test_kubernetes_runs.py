@@ -70,10 +70,13 @@ def wire(obj: Any) -> Any:
 
 def test_a_gpu_task_goes_to_the_group_of_its_model_with_its_request() -> None:
     plan = plan_run(
-        spec(nodes=2, resources={"cpu": "4..", "memory": "16GB..", "gpu": "H100:4",
-                                 "shm_size": "8GB"}, max_duration="1h"),
+        spec(
+            nodes=2,
+            resources={"cpu": "4..", "memory": "16GB..", "gpu": "H100:4", "shm_size": "8GB"},
+            max_duration="1h",
+        ),
         record(),
-    )  # fmt: skip
+    )
     assert plan.group.name == "NVIDIA-H100-80GB-HBM3"
     request = plan.request
     assert (request.nodes, request.gpus, request.gpu_resource) == (2, 4, "nvidia.com/gpu")
@@ -116,8 +119,9 @@ def test_a_task_is_an_indexed_job_with_a_headless_service_valid_for_the_client()
     tags = m.labels(name, "Train_Big.run")
     addresses = m.node_names(name, "ml", 2)
     command = m.node_command(["id-0", "id-1"], ["echo a", "echo b"], "/w", addresses, 1)
-    job = wire(m.task_job(name, tags, m.run_annotations(["id-0", "id-1"], {}), request,
-                          command, [8080]))  # fmt: skip
+    job = wire(
+        m.task_job(name, tags, m.run_annotations(["id-0", "id-1"], {}), request, command, [8080])
+    )
     require_valid(job, "V1Job")
     assert job["spec"]["completionMode"] == "Indexed"
     assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
@@ -142,13 +146,23 @@ def test_a_task_is_an_indexed_job_with_a_headless_service_valid_for_the_client()
 def test_each_node_sets_its_rank_job_id_and_the_addresses_from_its_completion_index() -> None:
     addresses = m.node_names("dp-x", "ml", 2)
     command = m.node_command(
-        ["id-0", "id 1"], ["echo $DSTACK_NODE_RANK $DSTACK_JOB_ID", 'echo "$DSTACK_NODES_IPS"',
-                           "echo $DSTACK_MASTER_NODE_IP $DSTACK_GPUS_NUM"], None, addresses, 2,
-    )  # fmt: skip
+        ["id-0", "id 1"],
+        [
+            "echo $DSTACK_NODE_RANK $DSTACK_JOB_ID",
+            'echo "$DSTACK_NODES_IPS"',
+            "echo $DSTACK_MASTER_NODE_IP $DSTACK_GPUS_NUM",
+        ],
+        None,
+        addresses,
+        2,
+    )
     ran = subprocess.run(
-        command, env={"JOB_COMPLETION_INDEX": "1", "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        command,
+        env={"JOB_COMPLETION_INDEX": "1", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert ran.stdout.splitlines() == [
         "1 id 1",
         "dp-x-0.dp-x.ml.svc",
@@ -160,20 +174,25 @@ def test_each_node_sets_its_rank_job_id_and_the_addresses_from_its_completion_in
 def _pod(phase: str, **status: Any) -> Any:
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name="p", deletion_timestamp=status.pop("deleting", None)),
-        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="run")],
-                           restart_policy=status.pop("restart", "Never")),
+        spec=k8s.V1PodSpec(
+            containers=[k8s.V1Container(name="run")], restart_policy=status.pop("restart", "Never")
+        ),
         status=k8s.V1PodStatus(phase=phase, **status),
-    )  # fmt: skip
+    )
 
 
 def _terminated(code: int) -> Any:
     when = datetime(2026, 12, 7, tzinfo=timezone.utc)
     return k8s.V1ContainerStatus(
-        name="run", image="i", image_id="", ready=False, restart_count=0,
+        name="run",
+        image="i",
+        image_id="",
+        ready=False,
+        restart_count=0,
         state=k8s.V1ContainerState(
             terminated=k8s.V1ContainerStateTerminated(exit_code=code, finished_at=when)
         ),
-    )  # fmt: skip
+    )
 
 
 def test_a_pod_reads_as_an_agent_would_report_its_job() -> None:
@@ -181,15 +200,18 @@ def test_a_pod_reads_as_an_agent_would_report_its_job() -> None:
     assert pod_outcome(None, stopped=True).status is JobStatus.TERMINATED
     gone = pod_outcome(None, stopped=False, gone="Kubernetes ended Job x: DeadlineExceeded")
     assert (gone.status, gone.message) == (
-        JobStatus.FAILED, "Kubernetes ended Job x: DeadlineExceeded",
-    )  # fmt: skip
+        JobStatus.FAILED,
+        "Kubernetes ended Job x: DeadlineExceeded",
+    )
     done = pod_outcome(_pod("Succeeded", container_statuses=[_terminated(0)]), stopped=False)
     assert (done.status, done.exit_code) == (JobStatus.DONE, 0)
     failed = pod_outcome(_pod("Failed", container_statuses=[_terminated(3)]), stopped=False)
     assert (failed.status, failed.reason, failed.message, failed.exit_code) == (
-        JobStatus.FAILED, TerminationReason.CONTAINER_EXITED_WITH_ERROR,
-        "exited with code 3", 3,
-    )  # fmt: skip
+        JobStatus.FAILED,
+        TerminationReason.CONTAINER_EXITED_WITH_ERROR,
+        "exited with code 3",
+        3,
+    )
     lost = pod_outcome(_pod("Failed", reason="NodeLost", message="node a1 is gone"), stopped=False)
     assert (lost.status, lost.message) == (
         JobStatus.FAILED,
@@ -199,8 +221,14 @@ def test_a_pod_reads_as_an_agent_would_report_its_job() -> None:
     assert (stopped.status, stopped.exit_code) == (JobStatus.TERMINATED, 143)
     unplaced = _pod(
         "Pending",
-        conditions=[k8s.V1PodCondition(type="PodScheduled", status="False",
-                                       reason="Unschedulable", message="0/4 nodes are available")],
-    )  # fmt: skip
+        conditions=[
+            k8s.V1PodCondition(
+                type="PodScheduled",
+                status="False",
+                reason="Unschedulable",
+                message="0/4 nodes are available",
+            )
+        ],
+    )
     assert pod_outcome(unplaced, stopped=False).status is JobStatus.SUBMITTED
     assert pending_reason(unplaced) == "0/4 nodes are available"

@@ -83,9 +83,14 @@ class KubernetesEngine:
         now = self.clock.now()
         spec = first.to_dict(redact=True)
         notes = m.run_annotations(
-            ids, {"run_name": first.run_name, "run_id": first.run_id, "submitted_at": now,
-                  "spec": spec},
-        )  # fmt: skip
+            ids,
+            {
+                "run_name": first.run_name,
+                "run_id": first.run_id,
+                "submitted_at": now,
+                "spec": spec,
+            },
+        )
         addresses = m.node_names(name, self.api.namespace, len(ids))
         command = m.node_command(
             ids, first.commands, first.working_dir, addresses, first.gpu_count
@@ -96,9 +101,11 @@ class KubernetesEngine:
         core, created = self.api.core, []
         try:
             await self.api.call(
-                f"creating the Secret of {name}", core.create_namespaced_secret, ns,
+                f"creating the Secret of {name}",
+                core.create_namespaced_secret,
+                ns,
                 m.env_secret(name, tags, env),
-            )  # fmt: skip
+            )
             created.append(("secret", f"{name}-env"))
             if kind == "task":
                 service = m.headless_service(name, tags)
@@ -198,9 +205,12 @@ class KubernetesEngine:
         if run.kind == "job":
             patch["spec"] = {"suspend": True}
             await self.api.call(
-                f"stopping Job {run.name}", self.api.batch.patch_namespaced_job, run.name, ns,
+                f"stopping Job {run.name}",
+                self.api.batch.patch_namespaced_job,
+                run.name,
+                ns,
                 patch,
-            )  # fmt: skip
+            )
         else:
             patch["spec"] = {"replicas": 0}
             await self.api.call(

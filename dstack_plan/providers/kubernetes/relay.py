@@ -19,9 +19,19 @@ from dstack_plan.providers.kubernetes.api import REQUEST_TIMEOUT, KubeAPI
 from dstack_plan.providers.ssh.forward import LISTEN_ADDRESS, Forward
 
 _HOP = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "upgrade", "host", "content-length",
-     "te", "trailer", "proxy-authorization", "authorization"}
-)  # fmt: skip
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "te",
+        "trailer",
+        "proxy-authorization",
+        "authorization",
+    }
+)
 
 
 class RelayListener:

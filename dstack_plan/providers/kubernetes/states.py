@@ -55,9 +55,13 @@ def pod_outcome(pod: Any | None, stopped: bool, gone: str | None = None) -> PodO
         ended = _time(getattr(terminated, "finished_at", None))
         if stopped:
             return PodOutcome(
-                JobStatus.TERMINATED, TerminationReason.TERMINATED_BY_USER, None, code,
-                started, ended,
-            )  # fmt: skip
+                JobStatus.TERMINATED,
+                TerminationReason.TERMINATED_BY_USER,
+                None,
+                code,
+                started,
+                ended,
+            )
         if code is None or getattr(status, "reason", None):
             why = getattr(status, "reason", None) or "the pod failed"
             said = getattr(status, "message", None)

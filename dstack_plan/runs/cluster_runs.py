@@ -13,14 +13,17 @@ from dstack_plan.providers.base import Instance
 from dstack_plan.runs.jobs import run_kind
 
 
-def not_yet(spec: RunSpec, title: str, files_hint: str, volumes_hint: str) -> str | None:
+def not_yet(
+    spec: RunSpec, title: str, files_hint: str, volumes_hint: str | None = None
+) -> str | None:
     """Why a `title` fleet (`Slurm`, `Kubernetes`) cannot run `spec` in this version; None
-    when it can. The hints say what to do instead of `files:` and `volumes:`."""
+    when it can. The hints say what to do instead of `files:` and `volumes:` (None: the
+    engine mounts volumes)."""
     if isinstance(spec, DevEnvironmentSpec):
         return f"{run_kind(spec)}s cannot run on a {title} fleet yet (tasks and services can)"
     if spec.files or spec.repos:
         return f"files: and repos: are not sent to {title} clusters yet ({files_hint})"
-    if spec.volumes:
+    if spec.volumes and volumes_hint is not None:
         return f"volumes: are not mounted on {title} clusters yet ({volumes_hint})"
     if isinstance(spec, TaskSpec | ServiceSpec) and spec.groups:
         return f"groups cannot run on a {title} fleet yet (one shape for every node or replica)"

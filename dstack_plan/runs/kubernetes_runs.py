@@ -7,17 +7,21 @@ one indexed Job; each service replica is a Deployment of one pod with a Service,
 watch's proxy reaches through the API server (`providers/kubernetes/relay.py`). See the
 field-to-request table in `providers/kubernetes/manifests.py` and docs/kubernetes.md.
 
-What a Kubernetes fleet cannot run yet is refused here, at plan time and again at apply: dev
-environments, local `files:` / `repos:`, `volumes:`, node and replica groups.
+A run's `volumes:` (`name:/path`) mount the PersistentVolumeClaims of `type: volume` entries
+with `backend: kubernetes` (`volumes/kubernetes.py`). What a Kubernetes fleet cannot run yet
+is refused here, at plan time and again at apply: dev environments, local `files:` /
+`repos:`, a node's directories as volumes, node and replica groups.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dstack_plan.apply.handlers import ApplyContext
 from dstack_plan.config.kubernetes_backend import KubernetesCluster
+from dstack_plan.config.run_fields import NetworkVolumeMount
 from dstack_plan.config.runs import RunSpec, ServiceSpec, TaskSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import ProviderError
@@ -37,12 +41,42 @@ from dstack_plan.state.model import State
 
 def engine_refusal(spec: RunSpec) -> str | None:
     """Why a Kubernetes fleet cannot run `spec` in this version; None when it can."""
-    return not_yet(
-        spec,
-        "Kubernetes",
-        "bake them into the image",
-        "read data from object storage or the image",
-    )
+    why = not_yet(spec, "Kubernetes", "bake them into the image")
+    if why is not None:
+        return why
+    for mount in spec.volumes:
+        if not isinstance(mount, NetworkVolumeMount):
+            return (
+                f"volume {mount.instance_path}:{mount.path}: a Kubernetes pod mounts "
+                "PersistentVolumeClaims (`type: volume` with `backend: kubernetes`), not "
+                "directories of a node"
+            )
+        if not isinstance(mount.name, str) or "${{" in mount.name:
+            return "volumes: one claim per node is not mounted on Kubernetes yet"
+    return None
+
+
+def volume_claims(
+    spec: RunSpec, state: State, cluster: KubernetesCluster
+) -> list[tuple[str, str]]:
+    """(claim, mount path) of each of `spec`'s volumes, as state records them; ProviderError
+    for one that is not a claim of `cluster` (one not created yet is skipped: the plan runs
+    before it exists, the apply after)."""
+    claims = []
+    for mount in spec.volumes:
+        assert isinstance(mount, NetworkVolumeMount) and isinstance(mount.name, str)
+        entry = state.get(f"volume.{mount.name}")
+        if entry is None or not entry.attributes.get("id"):
+            continue
+        where = entry.attributes.get("region")
+        if entry.provider != KUBERNETES or where != cluster.name:
+            raise ProviderError(
+                KUBERNETES,
+                f"volume {mount.name} is on {entry.provider} {where or ''}, not a claim of "
+                f"cluster {cluster.name}".replace("  ", " "),
+            )
+        claims.append((str(entry.attributes["id"]), mount.path))
+    return claims
 
 
 @dataclass(frozen=True)
@@ -53,9 +87,10 @@ class KubePlan:
     request: KubeRequest
 
 
-def plan_run(spec: RunSpec, record: KubernetesFleetRecord) -> KubePlan:
+def plan_run(spec: RunSpec, record: KubernetesFleetRecord, state: State | None = None) -> KubePlan:
     """The node group and request of `spec` on fleet `record` (the same at plan and at
-    apply); ProviderError saying why when it cannot go there."""
+    apply), with the claims of its volumes as `state` records them; ProviderError saying why
+    when it cannot go there."""
     why = engine_refusal(spec)
     if why is not None:
         raise ProviderError(KUBERNETES, why)
@@ -66,7 +101,11 @@ def plan_run(spec: RunSpec, record: KubernetesFleetRecord) -> KubePlan:
         raise ProviderError(
             KUBERNETES, f"no node group of cluster {record.cluster.name} can take it: {chosen}"
         )
-    return KubePlan(chosen, kube_request(spec, chosen, record.cluster, nodes))
+    request = kube_request(spec, chosen, record.cluster, nodes)
+    if state is not None and spec.volumes:
+        claims = tuple(volume_claims(spec, state, record.cluster))
+        request = dataclasses.replace(request, claims=claims)
+    return KubePlan(chosen, request)
 
 
 def kube_request(
@@ -115,7 +154,7 @@ async def plan_placement(
     assert entry is not None
     record = KubernetesFleetRecord.of(entry)
     try:
-        plan = plan_run(spec, record)
+        plan = plan_run(spec, record, state)
     except ProviderError as e:
         groups = describe(record.node_groups)
         return Placement(
@@ -149,7 +188,7 @@ async def submit_run(
     record = KubernetesFleetRecord.of(entry)
     engine = machines.engine(fleet, state)
     assert isinstance(engine, KubernetesEngine)
-    plan = plan_run(spec, record)
+    plan = plan_run(spec, record, state)
     machine = cluster_machine(fleet, KUBERNETES, record.cluster.name, record.cluster.name)
     wanted = list(only) if only is not None else slots(spec)
     jobs = [build_job(spec, slot, context, secrets, ctx.run_args) for slot in wanted]

@@ -1,4 +1,5 @@
-"""`type: volume`: network disks on a cloud backend, created or registered, and deleted.
+"""`type: volume`: network disks on a cloud backend, created or registered, and deleted
+(PersistentVolumeClaims on a Kubernetes cluster: `volumes/kubernetes.py`).
 
 A volume's state entry holds the provider's `Volume` (id, zone, size, whether it was
 registered by `volume_id`). Creating waits until the disk is usable; deleting detaches it
@@ -13,14 +14,12 @@ from typing import TYPE_CHECKING
 
 from dstack_plan.apply.handlers import ApplyContext, Outcome, Refreshed, ResourceHandler
 from dstack_plan.errors import ProviderError
-from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.capabilities import ProviderWithVolumes, Volume, supports
-from dstack_plan.providers.names import CLOUDS
+from dstack_plan.providers.names import CLOUDS, KUBERNETES
 from dstack_plan.providers.registry import provider_class
-from dstack_plan.volumes.records import volume_of
+from dstack_plan.volumes.records import volume_of, volume_spec
 
 if TYPE_CHECKING:
-    from dstack_plan.config.volume import VolumeSpec
     from dstack_plan.plan.model import ResourceChange
     from dstack_plan.providers.configured import ConfiguredClouds
     from dstack_plan.state.model import ResourceState
@@ -34,8 +33,20 @@ class VolumeHandler(ResourceHandler):
 
     def __init__(self, clouds: ConfiguredClouds):
         self._clouds = clouds
+        self._kubernetes: ResourceHandler | None = None
+
+    @property
+    def kubernetes(self) -> ResourceHandler:
+        """PersistentVolumeClaims (`volumes/kubernetes.py`), loaded when a volume is one."""
+        if self._kubernetes is None:
+            from dstack_plan.volumes.kubernetes import KubernetesVolumes
+
+            self._kubernetes = KubernetesVolumes()
+        return self._kubernetes
 
     def cannot_create(self, kind: str, provider: str) -> str | None:
+        if provider == KUBERNETES:
+            return None
         if provider not in CLOUDS:
             return f"the {provider} provider cannot create volumes in this version"
         reason = self._clouds.cannot_create(provider)
@@ -53,7 +64,9 @@ class VolumeHandler(ResourceHandler):
 
     async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
         assert change.after is not None
-        spec = _volume_spec(change.after)
+        spec = volume_spec(change.after)
+        if spec.backend == KUBERNETES:
+            return await self.kubernetes.create(change, ctx)
         provider = self._provider(spec.backend, ctx)
         volume = await provider.create_volume(spec)
         ctx.progress(change.address, f"{_verb(volume)} {volume.id}")
@@ -69,6 +82,8 @@ class VolumeHandler(ResourceHandler):
         self, change: ResourceChange, current: ResourceState, ctx: ApplyContext
     ) -> Outcome:
         """Nothing physical changes in place (size and zone changes replace the volume)."""
+        if current.provider == KUBERNETES:
+            return await self.kubernetes.update(change, current, ctx)
         refreshed = await self.refresh(current, ctx)
         if refreshed.gone is not None:
             raise ProviderError(current.provider, refreshed.gone, current.address)
@@ -78,6 +93,8 @@ class VolumeHandler(ResourceHandler):
         """The volume as its provider sees it; the state as it is when it records no
         volume (a create cut short) or the provider cannot answer (no credentials, backend
         removed), as cloud fleets do: a plan still works, and apply would say why."""
+        if current.provider == KUBERNETES:
+            return await self.kubernetes.refresh(current, ctx)
         kept = Refreshed(current.status, dict(current.attributes))
         volume = volume_of(current)
         if volume is None:
@@ -96,6 +113,8 @@ class VolumeHandler(ResourceHandler):
         )
 
     async def delete(self, current: ResourceState, ctx: ApplyContext) -> None:
+        if current.provider == KUBERNETES:
+            return await self.kubernetes.delete(current, ctx)
         volume = volume_of(current)
         if volume is None:  # a create cut short before the provider answered
             return
@@ -114,14 +133,6 @@ class VolumeHandler(ResourceHandler):
         if not found or found[0].status != "active":
             raise ProviderError(volume.provider, f"volume {volume.id} failed to create")
         return found[0]
-
-
-def _volume_spec(after: dict[str, object]) -> VolumeSpec:
-    from dstack_plan.config.volume import VolumeSpec
-
-    spec = spec_from_normalized("volume", dict(after))
-    assert isinstance(spec, VolumeSpec)
-    return spec
 
 
 def _verb(volume: Volume) -> str:

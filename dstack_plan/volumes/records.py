@@ -1,11 +1,18 @@
-"""What a volume's state entry records: the provider's view of the volume it created."""
+"""What a volume's state entry records: the provider's view of the volume it created; and
+the typed spec of a volume's normalised config."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import ValidationError
 
+from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.capabilities import Volume
 from dstack_plan.state.model import ResourceState
+
+if TYPE_CHECKING:
+    from dstack_plan.config.volume import VolumeSpec
 
 
 def volume_of(entry: ResourceState) -> Volume | None:
@@ -18,3 +25,12 @@ def volume_of(entry: ResourceState) -> Volume | None:
         )
     except ValidationError:
         return None
+
+
+def volume_spec(after: dict[str, object]) -> VolumeSpec:
+    """The typed spec of a volume's normalised config."""
+    from dstack_plan.config.volume import VolumeSpec
+
+    spec = spec_from_normalized("volume", dict(after))
+    assert isinstance(spec, VolumeSpec)
+    return spec

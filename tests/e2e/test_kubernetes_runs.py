@@ -241,3 +241,45 @@ def test_an_api_server_that_does_not_answer_leaves_the_runs_as_they_were(
     destroyed = dstack("destroy", "-y")
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
     assert ours(kube, "Pod") == []
+
+
+def test_a_volume_is_a_persistent_volume_claim_the_pods_mount(
+    dstack: Dstack, tmp_path: Path, kube: FakeKube
+) -> None:
+    project = kube_project(tmp_path, kube)
+    (project / "ckpt.dstack.yml").write_text(
+        "type: volume\nname: ckpt\nbackend: kubernetes\nsize: 10GB\nstorage_class_name: fast\n"
+    )
+    (project / "train.dstack.yml").write_text(
+        task("train", 2, ["echo $DSTACK_NODE_RANK"], SMALL, "volumes: [ckpt:/ckpt]\n")
+    )
+    applied = dstack("apply", "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    (claim,) = kube.objects("PersistentVolumeClaim", "default")
+    assert claim["metadata"]["name"] == "dp-ckpt"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert claim["spec"]["resources"]["requests"] == {"storage": "10Gi"}
+    volume = state(project)["resources"]["volume.ckpt"]
+    assert (volume["provider"], volume["attributes"]["id"]) == ("kubernetes", "dp-ckpt")
+    wait_for_status(dstack, "task.train", {"done"}, timeout=120)
+    (job,) = [
+        j for j in kube.objects("Job", "default") if j["metadata"]["name"].startswith("dp-train-")
+    ]
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "claim-0", "persistentVolumeClaim": {"claimName": "dp-ckpt"}} in pod["volumes"]
+    assert {"name": "claim-0", "mountPath": "/ckpt"} in pod["containers"][0]["volumeMounts"]
+    assert dstack("plan", "--detailed-exitcode").returncode == 0  # refresh agrees: no change
+
+    # a node's directory is no claim: refused at plan time, saying what a pod mounts
+    (project / "host.dstack.yml").write_text(
+        task("host", 1, ["true"], SMALL, "volumes: [/data:/data]\n")
+    )
+    refused = dstack("plan")
+    assert refused.returncode == 1
+    assert "a Kubernetes pod mounts PersistentVolumeClaims" in refused.stderr
+    (project / "host.dstack.yml").unlink()
+
+    destroyed = dstack("destroy", "-y", "--allow-destroy", "volume.ckpt")
+    assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+    assert kube.objects("PersistentVolumeClaim", "default") == []
+    assert ours(kube, "Job") == []

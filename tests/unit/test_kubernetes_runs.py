@@ -100,7 +100,7 @@ def test_a_cpu_task_never_takes_gpu_nodes_and_too_many_nodes_is_refused() -> Non
     ("fields", "said"),
     [
         ({"files": ["data:/data"]}, "files: and repos:"),
-        ({"volumes": ["ckpt:/ckpt"]}, "volumes:"),
+        ({"volumes": ["/data:/data"]}, "mounts PersistentVolumeClaims"),
     ],
 )
 def test_what_a_kubernetes_fleet_cannot_run_yet_is_a_plan_error(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from dstack_plan.agent.api_models import JobInfo, JobSpec, JobStatus, PublishedPort
 from dstack_plan.clock import Clock, SystemClock
 from dstack_plan.config.kubernetes_backend import KubernetesCluster
-from dstack_plan.errors import AgentError
+from dstack_plan.errors import AgentError, ProviderError
 from dstack_plan.providers.engine_jobs import LOG_CHUNK, EngineJobs, checked_spec
 from dstack_plan.providers.kubernetes import manifests as m
 from dstack_plan.providers.kubernetes.api import KUBERNETES, KubeAPI, KubeUnreachable
@@ -279,6 +279,40 @@ class KubernetesEngine:
         nodes = await self.api.call("listing nodes", self.api.core.list_node)
         return node_groups(nodes.items, self.cluster.gpu_label)
 
+    async def create_claim(self, claim: Any) -> Any:
+        """Create PersistentVolumeClaim `claim` in the namespace; the claim as created."""
+        return await self.api.call(
+            f"creating claim {claim.metadata.name}",
+            self.api.core.create_namespaced_persistent_volume_claim,
+            self.api.namespace,
+            claim,
+        )
+
+    async def read_claim(self, name: str, missing_ok: bool = False) -> Any | None:
+        """PersistentVolumeClaim `name` of the namespace (None when gone and `missing_ok`)."""
+        try:
+            return await self.api.call(
+                f"reading claim {name}",
+                self.api.core.read_namespaced_persistent_volume_claim,
+                name,
+                self.api.namespace,
+            )
+        except KubeUnreachable:
+            raise
+        except ProviderError as e:
+            if missing_ok and _status(e) == 404:
+                return None
+            raise
+
+    async def delete_claim(self, name: str) -> None:
+        """Delete PersistentVolumeClaim `name` (gone already: no error)."""
+        await self.api.absent_ok(
+            f"deleting claim {name}",
+            self.api.core.delete_namespaced_persistent_volume_claim,
+            name,
+            self.api.namespace,
+        )
+
     async def check_namespace(self) -> None:
         """That the namespace exists and the credentials may read it."""
         await self.api.call(
@@ -385,6 +419,11 @@ def _owned(kind: str, item: Any) -> Owned | None:
         failed=failed,
         ports=ports,
     )
+
+
+def _status(e: ProviderError) -> int | None:
+    """The HTTP status of the refusal behind `e`, if an API call's."""
+    return getattr(e.__cause__, "status", None)
 
 
 def _created(pod: Any) -> float:

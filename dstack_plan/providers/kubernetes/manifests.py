@@ -18,7 +18,7 @@ never a value in a pod spec.
 | `image` (else `default_image`)| container `image`                                          |
 | `max_duration`                | pod `activeDeadlineSeconds`                                |
 | `stop_duration`               | pod `terminationGracePeriodSeconds` (a stop's grace)       |
-| `volumes` (`name:/path`)      | the PersistentVolumeClaim `name`, mounted at `/path`       |
+| `volumes` (`name:/path`)      | the claim of `volume.<name>`, mounted at `/path`            |
 | `ports`                       | container ports; a service's Service ports                 |
 """
 

@@ -319,3 +319,22 @@ def test_init_refuses_another_backends_flags(
     code, _, err = run_main(monkeypatch, capsys, "init", str(tmp_path), *args)
     assert code == 1 and says in err
     assert not (tmp_path / BACKENDS_FILE).exists()
+
+
+def test_a_fleet_names_its_cluster_by_region_among_several(tmp_path: Path) -> None:
+    from dstack_plan.errors import ProviderError
+    from dstack_plan.fleets.kubernetes import cluster_for
+
+    (tmp_path / ".dstack").mkdir()
+    (tmp_path / ".dstack" / "backends.yml").write_text(
+        "backends:\n"
+        "  - type: kubernetes\n"
+        "    clusters:\n"
+        "      - {name: prod, kubeconfig: /k/prod.yaml, namespace: ml}\n"
+        "      - {name: lab, kubeconfig: /k/lab.yaml, context: lab-admin}\n"
+    )
+    assert cluster_for({}, str(tmp_path)).name == "prod"  # no region: the first
+    lab = cluster_for({"regions": ["lab"]}, str(tmp_path))
+    assert (lab.kubeconfig, lab.context, lab.namespace) == ("/k/lab.yaml", "lab-admin", "default")
+    with pytest.raises(ProviderError, match="no Kubernetes cluster named 'edge'.*prod, lab"):
+        cluster_for({"regions": ["edge"]}, str(tmp_path))

@@ -31,18 +31,10 @@ CLAIM_PREFIX = "dp-"
 
 
 def _cluster(project_dir: str) -> KubernetesCluster:
-    from dstack_plan.config.backends import backend_config
-    from dstack_plan.config.kubernetes_backend import KubernetesBackend
+    """The backend's first cluster (a volume has no region)."""
+    from dstack_plan.fleets.kubernetes import cluster_for
 
-    backend = backend_config(project_dir, KUBERNETES)
-    cluster = backend.cluster(None) if isinstance(backend, KubernetesBackend) else None
-    if cluster is None:
-        raise ProviderError(
-            KUBERNETES,
-            "the kubernetes backend is not configured in .dstack/backends.yml "
-            "(docs/kubernetes.md)",
-        )
-    return cluster
+    return cluster_for({}, project_dir)
 
 
 def _engine(cluster: KubernetesCluster) -> KubernetesEngine:

@@ -269,9 +269,9 @@ class KubernetesEngine:
             )
         except KubeUnreachable:
             raise
-        except Exception:  # not started yet, or gone between the listing and now
+        except ProviderError:  # not started yet, or gone between the listing and now
             return b"", 0, info.finished
-        data: bytes = answer.data if hasattr(answer, "data") else answer.read()
+        data: bytes = answer.data  # the raw response: `_preload_content=False`
         return data[offset : offset + limit], len(data), info.finished
 
     async def node_groups(self) -> list[NodeGroup]:

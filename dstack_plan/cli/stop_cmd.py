@@ -44,5 +44,7 @@ def stop(
         print_lines(
             [f"{verb} {address} ({count} job{'s' if count != 1 else ''}): {result.status}"]
         )
+    elif result.retry_cancelled:
+        print_lines([f"{address}: its retry is cancelled: {result.status}"])
     else:
         print_lines([f"{address} had already finished: {result.status}"])

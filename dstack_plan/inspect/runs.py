@@ -179,9 +179,10 @@ async def list_runs(
     for run in run_entries(state):
         if addresses is None or run.address in addresses:
             by_fleet.setdefault(fleet_of(run), []).append(run)
-    # a service's URL is the proxy of the watch that recorded it: it answers while it leads
+    # a service's URL is the proxy of the watch that recorded it: it answers while it leads;
+    # a retry is made by whichever watch leads. Only those notes need the lease read.
     leading = None
-    if any(r.kind == "service" for rs in by_fleet.values() for r in rs):
+    if any(_needs_watch(r) for rs in by_fleet.values() for r in rs):
         record = leader(project.backend, now)
         leading = record.holder if record is not None else None
     views: list[RunView] = []
@@ -194,6 +195,12 @@ async def list_runs(
     ]
     kept.sort(key=lambda v: (-v.created_at.timestamp(), v.address))
     return kept
+
+
+def _needs_watch(run: ResourceState) -> bool:
+    """Whether what `ps` says of `run` depends on a watch leading: a service is served by
+    one, a run with a `retry` policy is retried by one."""
+    return run.kind == "service" or bool(run.spec.get("retry"))
 
 
 async def _fleet_views(

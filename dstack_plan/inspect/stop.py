@@ -5,7 +5,8 @@ running, and the state update is a small compare-and-swap commit that re-reads t
 state, so it never overwrites what a concurrent apply wrote. Jobs stay on their agent, so
 their logs can still be read; the run stays in state, finished, with `termination_reason:
 stopped_by_user`. A run with nothing started (queued or scheduled, `pending`) becomes
-`terminated`: watch never starts it.
+`terminated`: watch never starts it. So does a run waiting for its retry (its jobs ended,
+`pending` until watch resubmits it): the stop cancels the retry.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from dstack_plan.errors import AgentError
 from dstack_plan.inspect.runs import find_run, job_jobs, job_records
 from dstack_plan.runs.queueing import QUEUED_KEY, STOPPED_BY_USER
+from dstack_plan.runs.records import RETRY_KEY, retry_due_at
 from dstack_plan.state.model import ResourceState, State, timestamp
 
 if TYPE_CHECKING:
@@ -41,6 +43,8 @@ class StopResult:
     """Ids of the jobs that were still active and got stopped."""
     already_finished: tuple[str, ...]
     """Ids of jobs that had ended before (or are gone from their agent)."""
+    retry_cancelled: bool = False
+    """The run was waiting for its retry, which will not happen now."""
 
 
 def stop_timeout(run: ResourceState) -> float:
@@ -86,6 +90,9 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
     status = run_status(list(infos.values())) if ids else run.status
     if status == "pending" and not ids:
         status = "terminated"  # queued or scheduled, nothing started: watch never starts it
+    waiting = retry_due_at(run.attributes) is not None
+    if waiting:
+        status = "terminated"  # its jobs had ended; the user ends the run, not its failure
     statuses = {i: info.status.value for i, info in infos.items()}
 
     def record(state: State) -> State:
@@ -103,6 +110,9 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
             "termination_reason": STOPPED_BY_USER,
         }
         attributes.pop(QUEUED_KEY, None)  # it waits for nothing any more
+        retry = attributes.get(RETRY_KEY)
+        if isinstance(retry, dict):  # its history stays; only the next attempt is cancelled
+            attributes[RETRY_KEY] = {**retry, "next_attempt_at": None}
         now = timestamp(project.clock)
         return state.with_resource(current.updated(now=now, status=status, attributes=attributes))
 
@@ -118,6 +128,7 @@ async def stop_run(project: Project, ref: str, *, abort: bool = False) -> StopRe
         status=status,
         stopped=tuple(i for i, (_, stopped) in outcomes.items() if stopped),
         already_finished=tuple(i for i, (_, stopped) in outcomes.items() if not stopped),
+        retry_cancelled=waiting,
     )
 
 

@@ -36,6 +36,7 @@ from dstack_plan.runs.placing import HostRun, place_on_fleet
 from dstack_plan.runs.queueing import (
     QUEUED_KEY,
     SCHEDULE_KEY,
+    STOPPED_BY_USER,
     NoCapacity,
     Queued,
     Scheduled,
@@ -758,4 +759,13 @@ def _refreshed(
     status = run_status([info for _, info in found])
     if status == "failed" and retry_due_at(attributes) is not None:
         status = "pending"  # its retry resubmits it (watch/retries.py): not failed yet
+    if _stopped_while_waiting(current) and status in FINISHED_STATUSES:
+        status = "terminated"  # its jobs had failed before; the user ended it
     return Refreshed(status, attributes, crashed=crash(current.kind, current.name, found))
+
+
+def _stopped_while_waiting(run: ResourceState) -> bool:
+    """The user stopped `run` after its jobs had ended (waiting for its retry): `dstack
+    stop` recorded it `terminated`, which its failed jobs must not turn back."""
+    reason = run.attributes.get("termination_reason")
+    return run.status == "terminated" and reason == STOPPED_BY_USER

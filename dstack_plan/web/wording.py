@@ -39,10 +39,13 @@ def run_gpus(view: RunView) -> str:
 
 
 def job_gpus(job: JobView) -> str:
-    """`0,1`; a shared GPU with the job's share and how it is shared: `0 (25%, MPS)`,
-    `0 (25%, time-sliced: no limits)`."""
-    shown = ",".join(str(g) for g in job.gpus)
-    if not job.gpus or job.gpu_share is None:
+    """Which of its host's GPUs the job holds, named so that no one reads an index as a
+    count: `GPU 0`, `GPUs 0,1`; a shared GPU with the job's share and how it is shared:
+    `GPU 0 (25%, MPS)`, `GPU 0 (25%, time-sliced: no limits)`; `-` for none."""
+    if not job.gpus:
+        return "-"
+    shown = ("GPU " if len(job.gpus) == 1 else "GPUs ") + ",".join(str(g) for g in job.gpus)
+    if job.gpu_share is None:
         return shown
     return f"{shown} ({_share(job)}, {_sharing(job)})"
 

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dstack_plan.cli.app import app
+from dstack_plan.clock import FakeClock
 from dstack_plan.config.loader import load_project
 from dstack_plan.errors import DstackPlanError, ProviderError
 from dstack_plan.inspect.logs import finished_before, parse_since, select_job
@@ -25,7 +26,8 @@ from dstack_plan.inspect.stop import stop_run, stop_timeout
 from dstack_plan.inspect.stream import LinePrefixer, stream_runs
 from dstack_plan.project import Project
 from dstack_plan.state import LocalBackend, ResourceState, State
-from dstack_plan.web.wording import format_age, job_status_text
+from dstack_plan.state.lease import LeaderLease
+from dstack_plan.web.wording import format_age, job_gpus, job_status_text
 
 NOW = datetime(2025, 1, 2, 12, 0, tzinfo=timezone.utc)
 
@@ -357,6 +359,10 @@ def test_job_wording_and_ages() -> None:
     assert job_status_text(view("failed", 3)) == "exited (3)"
     assert job_status_text(view("terminated", 143)) == "stopped"
     assert job_status_text(view("running")) == "running"
+    # a job row names the GPUs it holds: `0` under GPU would read as "no GPUs"
+    held = view("running").model_copy(update={"gpus": [0]})
+    assert [job_gpus(view("running")), job_gpus(held)] == ["-", "GPU 0"]
+    assert job_gpus(held.model_copy(update={"gpus": [2, 3]})) == "GPUs 2,3"
     assert [format_age(s) for s in (0.2, 45, 61, 7200, 3 * 86400)] == [
         "now",
         "45s",
@@ -383,3 +389,24 @@ def test_a_tainted_run_is_shown_as_recorded(
     assert (view.status, view.jobs[0].status) == ("creating", "running")
     assert view.error == "tainted: its creation did not complete; the next apply replaces it"
     assert not (tmp_path / "agent").exists()  # not refreshed: no agent was started
+
+
+def test_a_retrying_run_listed_alone_knows_a_watch_leads(tmp_path: Path) -> None:
+    """`ps --run flaky` lists no service, and still reads the lease: a run waiting for its
+    retry says only when, while a watch leads, and that none runs otherwise."""
+    spec = {"name": "flaky", "commands": ["exit 3"], "retry": {"on_events": ["error"]}}
+    waiting = entry("task.flaky", spec, status="pending")
+    waiting = waiting.model_copy(
+        update={"attributes": {**waiting.attributes, "retry": {"next_attempt_at": 1e10}}}
+    )
+    project = write_state(tmp_path, waiting)
+    now = NOW.timestamp() + 60
+
+    def note() -> list[str]:
+        [view] = asyncio.run(list_runs(project, addresses={"task.flaky"}, now=now))
+        return view.notes
+
+    assert note()[0].endswith(": no dstack watch runs to retry it (`dstack watch`)")
+    lease = LeaderLease(project.backend, "host:1:ab", clock=FakeClock(now))
+    assert lease.acquire_or_renew()
+    assert note()[0].startswith("retrying at ") and "no dstack watch" not in note()[0]

@@ -458,7 +458,17 @@ class Project:
                 check_plan(plan, refresh.state, self.directory, now, imports=self.imports)
                 self._refuse_unusable_gateways(plan)
                 await self._refuse_claimed_hosts(plan, refresh)
+                plan = self._with_drain_warnings(plan, refresh.state)
         return plan, refresh
+
+    @staticmethod
+    def _with_drain_warnings(plan: Plan, state: State) -> Plan:
+        """`plan` warning of the hosts it removes from SSH fleets while jobs run there,
+        which apply refuses without --force (`runs/draining.py`)."""
+        from dstack_plan.runs.draining import drain_warnings
+
+        found = drain_warnings(plan, state)
+        return plan.model_copy(update={"warnings": plan.warnings + found}) if found else plan
 
     def _refuse_unusable_gateways(self, plan: Plan) -> None:
         """PlanError naming each service the plan starts on another project's gateway that

@@ -79,7 +79,8 @@ def ownership_notes(plan: Plan) -> list[Line]:
     if declared:
         lines.append(
             f"{_counted(len(declared), 'submitted resource')} now declared by the files "
-            f"(deleting it from them later destroys it): {', '.join(declared)}"
+            f"(deleting {'it' if len(declared) == 1 else 'one'} from them later destroys it): "
+            f"{', '.join(declared)}"
         )
     if plan.kept:
         lines.append(

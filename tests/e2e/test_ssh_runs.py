@@ -162,6 +162,13 @@ def test_removing_a_host_that_runs_jobs_needs_force_and_drains_it(
     assert row["hosts"] == [h1]
 
     (project / "fleet.dstack.yml").write_text(fleet(ssh_hosts, "h2"))
+    # the plan says beforehand what apply will refuse (from state: no host is asked)
+    planned = dstack("plan")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert (
+        f"Warning: fleet.onprem: hosts leaving the fleet still run jobs ({h1}: task.sleeper): "
+        "apply refuses to remove them"
+    ) in planned.stdout, planned.stdout
     refused = dstack("apply", "-y")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert f"removed hosts still run jobs ({h1}: sleeper)" in refused.stdout + refused.stderr

@@ -286,7 +286,12 @@ class FleetMachines:
         instance = provider.host_instance(fleet, host)
         if instance is not None:
             return provider, instance
-        raise ProviderError(entry.provider, f"fleet {fleet!r} has no host {host!r}", host)
+        raise ProviderError(
+            entry.provider,
+            f"fleet {fleet!r} has no host {host!r} (removed from it: the jobs recorded there "
+            "were stopped, and the next apply starts their runs again on the hosts it has)",
+            host,
+        )
 
     async def close(self) -> None:
         for provider in [*(p for _, p in self._ssh.values()), *self._retired]:

@@ -217,18 +217,36 @@ async def _fleet_views(
             # every run kind has the same handler: one refresh_many asks the agent once
             handler = project.handlers()[live[0].kind]
             found = await handler.refresh_many(live, project.context())
-        state = project.backend.read().state
-        asked: set[str] = set()
-        for run in live:
-            for job in job_records(run):
-                if job.host in asked:
-                    continue
-                asked.add(job.host)
-                agent = await job_jobs(project, run, job, state)
-                infos.update({j.id: j for j in await agent.list_jobs()})
     except (AgentError, ProviderError) as e:
         error = str(e)
-    return [_view(run, found.get(run.address), infos, error, leading) for run in runs]
+    state = project.backend.read().state
+    # each host once; one that cannot be asked (down, or gone from the fleet) marks only the
+    # runs with jobs there
+    failed: dict[str, str] = {}
+    asked: set[str] = set()
+    for run in live:
+        for job in job_records(run):
+            if job.host in asked:
+                continue
+            asked.add(job.host)
+            try:
+                agent = await job_jobs(project, run, job, state)
+                infos.update({j.id: j for j in await agent.list_jobs()})
+            except (AgentError, ProviderError) as e:
+                failed[job.host] = str(e)
+    return [
+        _view(run, found.get(run.address), infos, error or _host_errors(run, failed), leading)
+        for run in runs
+    ]
+
+
+def _host_errors(run: ResourceState, failed: dict[str, str]) -> str | None:
+    """Why some of `run`'s hosts could not be asked, unless it had finished (its recorded
+    status is final then: nothing an agent says would change it)."""
+    if run.status in FINISHED:
+        return None
+    hosts = sorted({j.host for j in job_records(run) if j.host in failed})
+    return "; ".join(dict.fromkeys(failed[h] for h in hosts)) or None
 
 
 def _view(

@@ -179,6 +179,14 @@ def test_removing_a_host_that_runs_jobs_needs_force_and_drains_it(
     drained = dstack("apply", "-y", "--force")
     assert drained.returncode == 0, drained.stdout + drained.stderr
     assert agents_running(remote) == {"h2"}
+    # ps still lists the fleet's runs: only the run whose host left says why it is not
+    # refreshed; a run on the host that stays is asked as before
+    (project / "other.dstack.yml").write_text(task("other", 1, ["sleep 300"]))
+    assert dstack("apply", "-y", "-f", "other.dstack.yml").returncode == 0
+    rows = {r["address"]: r for r in json.loads(dstack("ps", "--json").stdout)}
+    assert rows["task.other"]["hosts"] == [ssh_hosts["h2"].address]
+    assert (rows["task.other"]["status"], rows["task.other"]["error"]) == ("running", None)
+    assert f"fleet 'onprem' has no host '{h1}' (removed from it" in rows["task.sleeper"]["error"]
     # the run's jobs went with the host: the next plan starts it again on the fleet as it is
     replan = dstack("plan", "--detailed-exitcode")
     assert replan.returncode == 2, replan.stdout + replan.stderr

@@ -8,8 +8,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from dstack_plan.apply.handlers import ApplyContext
+from dstack_plan.apply.handlers import ApplyContext, Outcome
 from dstack_plan.errors import DstackPlanError
+from dstack_plan.plan.model import ResourceChange
 from dstack_plan.runs.handler import RunHandler
 from dstack_plan.runs.records import RunRecord
 from dstack_plan.runs.ssh_config import remove_entries
@@ -22,6 +23,18 @@ DEV_KIND = "dev-environment"
 
 class DevSSHRunHandler(RunHandler):
     """`RunHandler`, and a deleted dev environment's SSH entry goes with its jobs."""
+
+    async def create(self, change: ResourceChange, ctx: ApplyContext) -> Outcome:
+        outcome = await super().create(change, ctx)
+        # an entry of this project's run of that name reaches an older object: one created
+        # again over jobs that are gone (drift: its host left the fleet, or its agent lost
+        # them) had no delete that removed it
+        new = {str(j.get("id")) for j in outcome.attributes.get("jobs", [])}
+        try:
+            remove_entries(run=change.name, deployment=str(self.deployment), keep_jobs=new)
+        except (OSError, DstackPlanError) as e:
+            log.warning("%s: could not remove an older SSH entry: %s", change.address, e)
+        return outcome
 
     async def delete(
         self, current: ResourceState, ctx: ApplyContext, *, keep_recorded: bool = False

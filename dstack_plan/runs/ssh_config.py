@@ -263,9 +263,10 @@ def remove_entries(
     run: str | None = None,
     jobs: Collection[str] | None = None,
     deployment: str | None = None,
+    keep_jobs: Collection[str] = (),
 ) -> list[str]:
     """Drop the sections that match every filter given (`run` name, one of `jobs`, the
-    `deployment`), with their files; the runs removed."""
+    `deployment`), but never one of `keep_jobs`, with their files; the runs removed."""
     directory = config_dir() if directory is None else directory
     config = directory / "config"
     if not config.exists():
@@ -278,6 +279,7 @@ def remove_entries(
             if (run is None or s.run == run)
             and (jobs is None or s.job in jobs)
             and (deployment is None or s.deployment == deployment)
+            and s.job not in keep_jobs
         ]
         if not removed:
             return []

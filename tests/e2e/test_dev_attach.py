@@ -8,6 +8,7 @@ system `ssh -F <that config>`.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import subprocess
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from dstack_plan.agent.client import AgentClient
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_attach_ports import Attached, attached, start  # noqa: F401 - fixture
-from tests.e2e.test_local_flow import wait_for_status
+from tests.e2e.test_local_flow import state, wait_for_status
 from tests.e2e.test_run_lifecycle import RESOURCES
 from tests.e2e.test_ssh_fleet import remote, write_fleet  # noqa: F401 - fixture
 from tests.infra.ssh_hosts import SSHTestHosts
@@ -202,6 +204,22 @@ def test_ssh_into_a_dev_environment_on_this_machine(
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == link[1]
     assert attaching.interrupt() == 0, str(attaching)
+
+    # its job gone from the agent (as when its host leaves the fleet): the apply that starts
+    # it again removes the entry that reached the old job, which no delete did
+    [job_id] = [
+        j["id"] for j in state(project)["resources"]["dev-environment.dev"]["attributes"]["jobs"]
+    ]
+
+    async def lose_the_job() -> None:
+        async with AgentClient.from_data_dir(tmp_path / "agent") as agent:
+            await agent.delete(job_id, force=True)
+
+    asyncio.run(lose_the_job())
+    again = dstack("apply", "-y")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "drift" in again.stdout
+    assert entry_gone(ssh_dir)
 
     destroyed = dstack("destroy", "-y")
     assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr

@@ -1,7 +1,8 @@
 """Runs whose deletion also removes what `dstack attach` wrote for them: a dev environment's
 `Host <run>` SSH entry (`runs/ssh_config.py`). Every deletion of a run goes through its
 handler's `delete` (destroy, an apply that removes or replaces it, a deposed object), so the
-entry never outlives the job it reaches; `dstack stop` removes it too (`forget`)."""
+entry never outlives the job it reaches; `dstack stop` removes it too (`forget`), and a run
+created again over jobs that are gone (drift, where no delete ran) drops the older entry."""
 
 from __future__ import annotations
 

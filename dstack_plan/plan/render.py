@@ -7,7 +7,7 @@ from typing import Any
 
 from dstack_plan.plan.lines import Line, Part, styled
 from dstack_plan.plan.list_diff import Element, Entry, Hidden, list_diff, value_text
-from dstack_plan.plan.model import Action, Plan, ResourceChange
+from dstack_plan.plan.model import Action, Placement, Plan, ResourceChange
 from dstack_plan.plan.normalize import flatten, spec_from_normalized
 
 _HEADERS = {
@@ -64,12 +64,39 @@ def render_plan(plan: Plan) -> list[Line]:
     return lines
 
 
+NOOP_LINES = 20
+"""Unchanged runs are listed a line each up to this many; more are summed up by fleet (a
+no-op plan of 10,000 runs would print 10,000 lines; Terraform's prints none). Those that
+wait for room or cannot be placed are always listed."""
+
+
 def _noop_notes(plan: Plan) -> list[Line]:
-    notes = []
-    for change in plan.changes:
-        if change.action is Action.NOOP and change.placement is not None:
-            notes.append(f"  {change.address}: no changes ({_placement(change)})")
-    return [*notes, ""] if notes else []
+    kept = [c for c in plan.changes if c.action is Action.NOOP and c.placement is not None]
+    if len(kept) <= NOOP_LINES:
+        notes = [f"  {c.address}: no changes ({_placement(c)})" for c in kept]
+        return [*notes, ""] if notes else []
+    waiting = [
+        c for c in kept if c.placement and (c.placement.pending or c.placement.placed is False)
+    ]
+    notes = [f"  {c.address}: no changes ({_placement(c)})" for c in waiting[:NOOP_LINES]]
+    if len(waiting) > NOOP_LINES:
+        notes.append(f"  ... and {len(waiting) - NOOP_LINES:,} more waiting for room")
+    notes.append(
+        f"  {len(kept):,} runs without changes (where each one is: `dstack plan --json`):"
+    )
+    by_fleet: dict[tuple[str, str], list[Placement]] = {}
+    for change in kept:
+        assert change.placement is not None
+        placement = change.placement
+        by_fleet.setdefault((placement.fleet, placement.provider), []).append(placement)
+    for (fleet, provider), placements in by_fleet.items():
+        hosts = sorted({h for p in placements for h in p.hosts})
+        on = ", ".join(hosts) if len(hosts) <= 3 else f"{len(hosts):,} hosts"
+        price = sum(p.price_per_hour for p in placements)
+        notes.append(
+            f"    fleet {fleet} ({provider}): {len(placements):,} on {on or '-'}, ${price:.2f}/h"
+        )
+    return [*notes, ""]
 
 
 def ownership_notes(plan: Plan) -> list[Line]:

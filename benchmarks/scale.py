@@ -3,7 +3,7 @@ trivial tasks on the local fleet and on 50 SSH hosts, fleet create against Ansib
 tick over 10,000 jobs, and Terraform's apply beside ours (issue 36).
 
     python benchmarks/scale.py [--local-sizes 1000 3000 10000] [--ssh-sizes 1000 3000 10000]
-        [--hosts 50] [--fleet-sizes 50 100] [--repeats 3] [--plans 3]
+        [--hosts 50] [--fleet-sizes 50 100] [--repeats 3] [--plans 3] [--rounds 1]
         [--watch-jobs 10000] [--watch-agents 100] [--watch-ticks 6] [--watch-interval 5]
         [--terraform-sizes 1000 3000]
 
@@ -22,6 +22,9 @@ one process job each) in a project of their own; untimed, until `dstack ps` says
 `--target` every task: the fleet stays, so every apply lands on warm hosts). Wall and CPU
 seconds of each process; the local agent runs on a data dir of the benchmark's own
 (`DSTACK_PLAN_AGENT_DIR`), started by a one-task warm-up cycle, stopped at the end.
+`--rounds K` runs every size K times, the sizes alternating (1,000, 10,000, 1,000, ...), and
+reports medians: on a VM whose speed drifts by tens of percent, a growth ratio from one round
+compares two different machines.
 
 Hosts (benchmarks/scale_hosts.py): fleet create of N hosts against `ansible all -m setup`
 (benchmarks/fanout_apply.py's fresh apply, `--repeats` alternating rounds after a warm-up);
@@ -111,6 +114,9 @@ def parse() -> argparse.Namespace:
     sizes_flag("--fleet-sizes", [50, 100], "hosts of a fleet create against Ansible")
     parser.add_argument("--repeats", type=int, default=3, help="fleet create rounds (3)")
     parser.add_argument("--plans", type=int, default=3, help="no-op plans per size (3)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="task cycles per size, sizes alternating (1)"
+    )
     parser.add_argument("--watch-jobs", type=int, default=10_000, help="0 skips the watch")
     parser.add_argument("--watch-agents", type=int, default=100)
     parser.add_argument("--watch-ticks", type=int, default=6)
@@ -123,8 +129,10 @@ def parse() -> argparse.Namespace:
         parser.error("--hosts must be at least 1")
     if args.watch_jobs > 0 and not 1 <= args.watch_agents <= args.watch_jobs:
         parser.error("the watch needs 1 <= --watch-agents <= --watch-jobs")
-    if args.repeats < 1 or args.plans < 1 or args.watch_ticks < 1 or args.watch_interval <= 0:
-        parser.error("--repeats, --plans and --watch-ticks must be >= 1, the interval > 0")
+    if min(args.repeats, args.plans, args.rounds, args.watch_ticks) < 1:
+        parser.error("--repeats, --plans, --rounds and --watch-ticks must be >= 1")
+    if args.watch_interval <= 0:
+        parser.error("--watch-interval must be > 0")
     return args
 
 
@@ -176,7 +184,7 @@ def run_tasks(
     ssh = SSHTaskSide(b, args.hosts, env) if b is not None and args.ssh_sizes else None
     terraform = shutil.which("terraform") is not None
     everything = sorted({*args.local_sizes, *args.ssh_sizes, *args.terraform_sizes})
-    for n in everything:
+    for n in everything * args.rounds:
         if n in args.local_sizes:
             local.cycle(n, args.plans, results)
         if n in args.terraform_sizes and terraform:

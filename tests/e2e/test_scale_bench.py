@@ -69,8 +69,11 @@ def _leftovers(short_tmp: Path) -> list[str]:
 def test_a_tiny_local_run_reports_every_target_and_cleans_up(
     bench_env: dict[str, str], short_tmp: Path
 ) -> None:
-    argv = [*ARGV, "--local-sizes", "3", "6", "--terraform-sizes", "3"]
+    argv = [*ARGV, "--local-sizes", "3", "6", "--terraform-sizes", "3", "--rounds", "2"]
     done = subprocess.run(argv, env=bench_env, capture_output=True, text=True, timeout=600)
+    # two rounds, the sizes alternating; the table gives each size's medians once
+    cycles = [line.split(" tasks:")[0] for line in done.stderr.splitlines() if " tasks: " in line]
+    assert cycles == ["local: 1", "local: 3", "local: 6", "local: 3", "local: 6"], done.stderr
     # on a busy 2-core machine a target may be missed (exit 1); the run itself must work
     assert done.returncode in (0, 1), done.stdout + done.stderr
     lines = done.stdout.splitlines()

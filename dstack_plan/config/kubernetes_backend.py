@@ -28,6 +28,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dstack_plan.config.base import FieldConflict, ItemError, Strict
+from dstack_plan.config.named_clusters import named, unique_names
 from dstack_plan.config.validation_errors import issues_from_validation
 
 SINGLE_CLUSTER = "kubernetes"
@@ -165,18 +166,11 @@ class KubernetesBackend(Strict):
     @field_validator("clusters")
     @classmethod
     def _unique(cls, value: list[KubernetesCluster]) -> list[KubernetesCluster]:
-        seen: set[str] = set()
-        for index, cluster in enumerate(value):
-            if cluster.name in seen:
-                raise ItemError(f"a second cluster named {cluster.name!r}", (index, "name"))
-            seen.add(cluster.name)
-        return value
+        return unique_names(value)
 
     def cluster(self, name: str | None) -> KubernetesCluster | None:
         """The cluster `name` (None: the first); None when there is no such cluster."""
-        if name is None:
-            return self.clusters[0]
-        return next((c for c in self.clusters if c.name == name), None)
+        return named(self.clusters, name)
 
 
 def _relayed(error: ValidationError, cluster: dict[str, Any]) -> ValueError:

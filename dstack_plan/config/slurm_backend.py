@@ -29,6 +29,7 @@ from pydantic import Field, field_validator, model_validator
 
 from dstack_plan.config.base import FieldConflict, ItemError, Strict
 from dstack_plan.config.fleet import ProxyJump
+from dstack_plan.config.named_clusters import named, unique_names
 
 _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _CLUSTER = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
@@ -134,18 +135,11 @@ class SlurmBackend(Strict):
     @field_validator("clusters")
     @classmethod
     def _unique(cls, value: list[SlurmCluster]) -> list[SlurmCluster]:
-        seen: set[str] = set()
-        for index, cluster in enumerate(value):
-            if cluster.name in seen:
-                raise ItemError(f"a second cluster named {cluster.name!r}", (index, "name"))
-            seen.add(cluster.name)
-        return value
+        return unique_names(value)
 
     def cluster(self, name: str | None) -> SlurmCluster | None:
         """The cluster `name` (None: the first); None when there is no such cluster."""
-        if name is None:
-            return self.clusters[0]
-        return next((c for c in self.clusters if c.name == name), None)
+        return named(self.clusters, name)
 
 
 def cluster_from_flags(

@@ -188,6 +188,12 @@ class SSHConfig(Strict):
         hostname, port = self.endpoint(host)
         return hostname if port == 22 else f"{hostname}:{port}"
 
+    def hosts_leaving(self, new: SSHConfig) -> list[SSHHost]:
+        """This configuration's hosts that `new` (its next version) no longer has, told
+        apart by `host_name`."""
+        wanted = {new.host_name(h) for h in new.hosts}
+        return [h for h in self.hosts if self.host_name(h) not in wanted]
+
 
 class FleetSpec(ResourceSpec, PlacementParams):
     type: Literal["fleet"] = "fleet"

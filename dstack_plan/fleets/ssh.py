@@ -93,14 +93,14 @@ class FleetHandler(ResourceHandler):
         name, config = fleet_ssh_config(change.after, change.address)
         _, old_config = fleet_ssh_config(current.spec, current.address)
         old = FleetRecord.of(current)
-        wanted = {config.host_name(h) for h in config.hosts}
-        removed = [h for h in old_config.hosts if old_config.host_name(h) not in wanted]
+        removed = old_config.hosts_leaving(config)
         if removed:
             gone = old_config.model_copy(update={"hosts": tuple(removed)})
             pins = MemoryHostKeyStore(old.pins())
             await self.drain(name, gone, pins, change.address, ctx)
             ctx.progress(change.address, f"stopping the agent on {len(removed)} removed host(s)")
             await self._terminate(name, gone, pins, change.address, ctx)
+        wanted = {config.host_name(h) for h in config.hosts}
         kept = {n: h for n, h in old.by_name().items() if n in wanted}
         record = await self.provision(
             name, config, FleetRecord(hosts=tuple(kept.values())), change.address, ctx

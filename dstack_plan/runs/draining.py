@@ -51,13 +51,11 @@ def _removals(plan: Plan) -> Iterator[tuple[ResourceChange, frozenset[str]]]:
     for change in plan.changes:
         if change.kind != "fleet" or change.action is not Action.UPDATE:
             continue
-        if not (change.before or {}).get("ssh_config") or not (change.after or {}).get(
-            "ssh_config"
-        ):
+        before, after = change.before or {}, change.after or {}
+        if not before.get("ssh_config") or not after.get("ssh_config"):
             continue
-        _, old = fleet_ssh_config(change.before or {}, change.address)
-        _, new = fleet_ssh_config(change.after or {}, change.address)
-        wanted = {new.host_name(h) for h in new.hosts}
-        removed = frozenset(old.host_name(h) for h in old.hosts) - wanted
+        _, old = fleet_ssh_config(before, change.address)
+        _, new = fleet_ssh_config(after, change.address)
+        removed = frozenset(old.host_name(h) for h in old.hosts_leaving(new))
         if removed:
             yield change, removed

@@ -62,3 +62,21 @@ def test_many_unchanged_runs_are_summed_up_by_fleet_naming_those_that_wait() -> 
         "    fleet gpus (ssh): 1,000 on 50 hosts, $499.50/h",
         "",
     ]
+
+
+def test_the_note_on_submitted_resources_now_declared_reads_right_in_both_numbers() -> None:
+    def declared(*names: str) -> list[str]:
+        changes = [
+            ResourceChange(f"task.{n}", "task", n, "local", Action.NOOP, submitted=False)
+            for n in names
+        ]
+        return [line for line in shown(changes) if "now declared by the files" in line]
+
+    assert declared("a") == [
+        "1 submitted resource now declared by the files (deleting it from them later "
+        "destroys it): task.a"
+    ]
+    assert declared("a", "b") == [
+        "2 submitted resources now declared by the files (deleting one from them later "
+        "destroys it): task.a, task.b"
+    ]

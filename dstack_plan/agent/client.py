@@ -28,6 +28,7 @@ from dstack_plan.agent.api_models import (
     HostClaim,
     HostFacts,
     JobInfo,
+    JobListing,
     JobSpec,
     JobStatus,
     LogChunk,
@@ -109,7 +110,7 @@ def _target(path: str, params: dict[str, Any] | None) -> str:
 
 
 def _job_infos(response: Response) -> tuple[JobInfo, ...]:
-    return tuple(JobInfo.model_validate(j) for j in response.json()["jobs"])
+    return JobListing.model_validate_json(response.content).jobs
 
 
 def _stop_body(timeout: float | None, reason: str | None, **fields: Any) -> dict[str, Any]:

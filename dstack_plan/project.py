@@ -426,7 +426,7 @@ class Project:
         # a large plan). It is back on when the plan is made. Each machine's jobs are listed
         # once for the refresh and the placements (`fleets/listings.py`).
         with gc_paused(), self.machines.listings.kept():
-            snapshot = self._read_state_while_loading(load=not options.destroy)
+            snapshot = await self._read_state_while_loading(load=not options.destroy)
             if self.submission and not options.destroy:
                 options = self._submission_options(snapshot.state, options)
             items = [] if options.destroy else self.desired_items(local_facts=True)
@@ -513,9 +513,11 @@ class Project:
         retention = submissions.submitted_retention()
         return submissions.expired(ended, state, self.clock.now(), retention)
 
-    def _read_state_while_loading(self, load: bool) -> StateSnapshot:
-        """Read the state while the other cores parse the configuration: for a large project
-        these are the two slowest steps of a plan, and they do not depend on each other."""
+    async def _read_state_while_loading(self, load: bool) -> StateSnapshot:
+        """Read the state while the other cores parse the configuration, then ask the agents
+        for the jobs of the state's runs while the parsing ends (in a thread: the answers
+        are read meanwhile). For a large project these are a plan's slowest steps, and none
+        of them waits for another: each agent builds its listing while this process parses."""
         if not load or self._desired is not None or self._configs_only:
             return self.backend.read()
         loading = start_loading(
@@ -527,11 +529,23 @@ class Project:
         )
         try:
             snapshot = self.backend.read()
+            await self._start_run_listings(snapshot.state)
         except BaseException:
             loading.cancel()
             raise
-        self._desired = self._declared(loading.finish())
+        self._desired = self._declared(await asyncio.to_thread(loading.finish))
         return snapshot
+
+    async def _start_run_listings(self, state: State) -> None:
+        """Send the job listing requests the refresh of `state`'s runs will make."""
+        runs = self.handlers()["task"]
+        assert isinstance(runs, DevSSHRunHandler)
+        currents = [
+            for_handler(entry)
+            for entry in state.resources.values()
+            if entry.kind in RUN_KINDS and not entry.tainted
+        ]
+        await runs.start_listings(currents, state)
 
     def _declared(self, loaded: Desired) -> Desired:
         """What the files declare, with the resources given in Python and the run labels."""

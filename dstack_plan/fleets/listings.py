@@ -77,6 +77,17 @@ class JobListings:
             listed = self._listed[key] = asyncio.ensure_future(_Listing.of(ask))
         return (await asyncio.shield(listed)).jobs(run_name)
 
+    def start(self, key: MachineKey, ask: Callable[[], Awaitable[list[JobInfo]]]) -> None:
+        """Ask machine `key` for its jobs now, without waiting for the answer: a command
+        that knows which machines it will ask (a plan, the machines its state's runs are on)
+        sends the requests before its other work, and the agents build their answers
+        meanwhile. The first `jobs` question of `key` waits for this answer. Nothing outside
+        `kept()`."""
+        if not self.active or key in self._listed:
+            return
+        listed = self._listed[key] = asyncio.ensure_future(_Listing.of(ask))
+        listed.add_done_callback(_retrieve)  # a failure nobody asks about is not logged
+
     def record(self, key: MachineKey, infos: Iterable[JobInfo]) -> None:
         """This process submitted (or changed) the jobs `infos` on machine `key`: a kept
         listing shows them as they are now."""
@@ -119,6 +130,11 @@ class JobListings:
                 del self._listed[key]
             return None
         return listed.result()
+
+
+def _retrieve(done: asyncio.Future[_Listing]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 class _Listing:

@@ -357,11 +357,7 @@ class RunHandler(ResourceHandler):
         A run with a job on an SSH host that does not answer keeps its recorded status (its
         jobs may well run on): nothing is concluded from a host that cannot be asked."""
         state = ctx.current_state()
-        wanted: dict[tuple[str, str], str] = {}  # (fleet, machine) -> a host name for it
-        for current in currents:
-            record = RunRecord.of(current)
-            for host in _hosts(record):
-                wanted.setdefault((record.fleet, _machine_key(record.fleet, host)), host)
+        wanted = _machines_of(currents)
         limit = asyncio.Semaphore(MAX_CONCURRENT_LISTINGS)
 
         async def ask(key: tuple[str, str]) -> dict[str, JobInfo] | None:
@@ -387,6 +383,25 @@ class RunHandler(ResourceHandler):
             else:
                 found[current.address] = _refreshed(current, record, known)
         return found
+
+    async def start_listings(self, currents: Sequence[ResourceState], state: State) -> None:
+        """Send the job listing requests `refresh_many(currents)` will make, as many as it
+        makes at once, without waiting for the answers (`JobListings.start`): a plan sends
+        them before it parses the files, and the agents answer meanwhile. No-op outside a
+        command's kept listings; a machine that cannot be asked is left to the refresh,
+        which says so."""
+        if not self.machines.listings.active:
+            return
+        wanted = _machines_of(currents)
+        for fleet, machine in sorted(wanted)[:MAX_CONCURRENT_LISTINGS]:
+            host = wanted[(fleet, machine)]
+            try:
+                if not self.machines.has_host(fleet, host, state):
+                    continue
+                agent = await self.machines.jobs_api(fleet, host, state)
+            except DstackPlanError:
+                continue
+            self.machines.listings.start(self.machines.machine_key(fleet, host), agent.list_jobs)
 
     async def delete(
         self, current: ResourceState, ctx: ApplyContext, *, keep_recorded: bool = False
@@ -717,6 +732,17 @@ def _machine_key(fleet: str, host: str) -> str:
 
 def _hosts(record: RunRecord) -> set[str]:
     return {j.host for j in record.jobs}
+
+
+def _machines_of(currents: Sequence[ResourceState]) -> dict[tuple[str, str], str]:
+    """The machines the jobs of runs `currents` are on: (fleet, machine) -> a host name for
+    it."""
+    wanted: dict[tuple[str, str], str] = {}
+    for current in currents:
+        record = RunRecord.of(current)
+        for host in _hosts(record):
+            wanted.setdefault((record.fleet, _machine_key(record.fleet, host)), host)
+    return wanted
 
 
 def _listed(

@@ -14,6 +14,7 @@ same CLI run in this process, every request it makes to an agent counted on the 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dstack_plan.agent.client import AgentClient
+from dstack_plan.config.loader import PendingLoad
 from tests.e2e.conftest import Dstack
 from tests.e2e.test_local_flow import state
 from tests.e2e.test_ssh_fleet import fleet_text, remote  # noqa: F401 - fixture
@@ -97,6 +99,38 @@ def test_apply_and_destroy_on_the_local_fleet_ask_the_machine_once(
     assert sum(_asked(requests, "GET", "/host").values()) <= 1
     assert _stops(requests) == RUNS  # each job stopped once
     assert not state(project)["resources"]
+
+
+def test_a_plan_asks_the_agent_for_its_jobs_before_it_has_parsed_the_files(
+    tmp_path: Path, cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent builds its listing while the plan parses the configuration, and the
+    refresh then uses that one listing."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "tasks.dstack.yml").write_text(_tasks(RUNS))
+    monkeypatch.chdir(project)
+    assert f"Resources: {RUNS} added" in _dstack_here(cli_env, "apply", "-y")
+    requests = _counting(monkeypatch)
+    asked_before_parsed: list[int] = []
+    finish = PendingLoad.finish
+
+    def finishing(self: PendingLoad) -> Any:
+        # the parsing holds here until the agent is asked: a plan that asked only after it
+        # had parsed never gets there (the wait is a bound on failing, not a measurement)
+        for _ in range(6000):
+            if _asked(requests, "GET", "/jobs"):
+                break
+            time.sleep(0.01)
+        asked_before_parsed.append(sum(_asked(requests, "GET", "/jobs").values()))
+        return finish(self)
+
+    monkeypatch.setattr(PendingLoad, "finish", finishing)
+    planned = _dstack_here(cli_env, "plan")
+    assert "No changes." in planned
+    assert asked_before_parsed == [1]
+    assert sum(_asked(requests, "GET", "/jobs").values()) == 1
+    _dstack_here(cli_env, "destroy", "-y")
 
 
 @pytest.mark.ssh

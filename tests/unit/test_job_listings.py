@@ -169,3 +169,63 @@ def test_a_change_while_the_listing_is_on_its_way_makes_the_next_caller_ask_agai
 
     assert asyncio.run(command()) == (["b"] if change == "record" else [])
     assert agent.asked == 2
+
+
+def test_a_listing_started_early_answers_the_first_question_without_asking_again() -> None:
+    listings = JobListings()
+    agent = Agent(info("a"), info("b", run="db"))
+
+    async def command() -> tuple[int, list[str], list[str]]:
+        with listings.kept():
+            listings.start(H1, agent.list_jobs)
+            listings.start(H1, agent.list_jobs)  # started once
+            await asyncio.sleep(0)
+            asked_before = agent.asked  # on its way before anyone asks
+            return (
+                asked_before,
+                ids(await listings.jobs(H1, agent.list_jobs)),
+                ids(await listings.jobs(H1, agent.list_jobs, "db")),
+            )
+
+    assert asyncio.run(command()) == (1, ["a", "b"], ["b"])
+    assert agent.asked == 1
+
+
+def test_starting_a_listing_outside_a_command_does_nothing() -> None:
+    listings = JobListings()
+    agent = Agent(info("a"))
+
+    async def outside() -> None:
+        listings.start(H1, agent.list_jobs)
+        await asyncio.sleep(0.01)
+
+    asyncio.run(outside())
+    assert agent.asked == 0
+
+
+def test_a_started_listing_that_fails_raises_to_its_asker_and_logs_nothing_unasked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listings = JobListings()
+    asked, unasked = Agent(), Agent()
+    asked.fail = AgentError("h1", "connection refused")
+    unasked.fail = AgentError("h2", "connection refused")
+
+    async def command() -> str:
+        with listings.kept():
+            listings.start(H1, asked.list_jobs)
+            listings.start(H2, unasked.list_jobs)  # nobody asks about h2 afterwards
+            await asyncio.sleep(0.01)
+            try:
+                await listings.jobs(H1, asked.list_jobs)
+            except AgentError as e:
+                return str(e)
+            return "no error"
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        assert "connection refused" in asyncio.run(command())
+        import gc
+
+        gc.collect()
+    assert "never retrieved" not in caplog.text
+    assert asked.asked == 1

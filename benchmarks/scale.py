@@ -197,7 +197,9 @@ def run_tasks(
 
 def print_tasks(results: Results, side: str) -> None:
     print(f"{side}: N trivial tasks (sleep 3600), each command a whole `dstack` process")
-    print("{:<11} {:>7} {:>9} {:>9}  {}".format("command", "tasks", "wall s", "CPU s", "growth"))
+    print("(kernel s: CPU the kernel's own threads used meanwhile, e.g. a memory monitor)")
+    header = ("command", "tasks", "wall s", "CPU s", "kernel s", "growth")
+    print("{:<11} {:>7} {:>9} {:>9} {:>9}  {}".format(*header))
     for command in COMMANDS:
         by_size = results[(side, command)]
         low, high = min(by_size), max(by_size)
@@ -207,7 +209,7 @@ def print_tasks(results: Results, side: str) -> None:
             if n == high and high > low:
                 ratio = m.wall / median(by_size[low]).wall
                 growth = f"{ratio:.1f}x for {high / low:g}x tasks"
-            print(f"{command:<11} {n:>7,} {m.wall:>9.3f} {m.cpu:>9.3f}  {growth}")
+            print(f"{command:<11} {n:>7,} {m.wall:>9.3f} {m.cpu:>9.3f} {m.kernel:>9.3f}  {growth}")
     print()
 
 

@@ -54,6 +54,8 @@ class Measured:
     wall: float
     cpu: float
     """User + system CPU seconds of the process (and of its children it waited for)."""
+    kernel: float = 0.0
+    """CPU seconds the kernel's own threads used meanwhile (`kernel_threads_cpu`)."""
 
 
 Results = dict[tuple[str, str], dict[int, list[Measured]]]
@@ -62,13 +64,35 @@ Results = dict[tuple[str, str], dict[int, list[Measured]]]
 
 def median(values: Sequence[Measured]) -> Measured:
     return Measured(
-        statistics.median(m.wall for m in values), statistics.median(m.cpu for m in values)
+        statistics.median(m.wall for m in values),
+        statistics.median(m.cpu for m in values),
+        statistics.median(m.kernel for m in values),
     )
 
 
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def kernel_threads_cpu() -> float:
+    """CPU seconds the kernel's own threads (kthreadd's children: kworkers, kdamond, ...)
+    have used since boot; 0 where /proc does not tell. Work the machine does beside the
+    benchmark's processes that may grow with them: on the VM of docs/scale.md a memory
+    monitor (kdamond) takes 9% of a core while 1,000 process jobs run and 80% while 10,000
+    do, which a 2-core machine's wall times show."""
+    try:
+        pids = Path("/proc/2/task/2/children").read_text().split()
+    except OSError:
+        return 0.0
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat's 14th and 15th)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _tail(text: str, lines: int = 30) -> str:
@@ -78,11 +102,13 @@ def _tail(text: str, lines: int = 30) -> str:
 def run(argv: Sequence[str], env: dict[str, str], cwd: Path, check: Check) -> Measured:
     """Wall and CPU seconds of one run; exits when it fails or `check` finds what it printed
     wrong (showing the end of its output: a plan of 10,000 runs is 10,000 lines)."""
-    cpu, started = _children_cpu(), time.perf_counter()
+    cpu, kernel, started = _children_cpu(), kernel_threads_cpu(), time.perf_counter()
     done = subprocess.run(
         list(argv), env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT
     )
-    measured = Measured(time.perf_counter() - started, _children_cpu() - cpu)
+    measured = Measured(
+        time.perf_counter() - started, _children_cpu() - cpu, kernel_threads_cpu() - kernel
+    )
     problem = f"exit {done.returncode}" if done.returncode != 0 else check(done)
     if problem is not None:
         output = f"{_tail(done.stdout)}\n{_tail(done.stderr)}"

@@ -75,23 +75,32 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def kernel_threads_cpu() -> float:
-    """CPU seconds the kernel's own threads (kthreadd's children: kworkers, kdamond, ...)
-    have used since boot; 0 where /proc does not tell. Work the machine does beside the
-    benchmark's processes that may grow with them: on the VM of docs/scale.md a memory
-    monitor (kdamond) takes 9% of a core while 1,000 process jobs run and 80% while 10,000
-    do, which a 2-core machine's wall times show."""
+def kernel_threads_cpu() -> dict[str, int]:
+    """CPU ticks each of the kernel's own threads (kthreadd's children: kworkers, kdamond,
+    ...) has used since it started, by pid; empty where /proc does not tell. Work the machine
+    does beside the benchmark's processes that may grow with them: on the VM of
+    docs/scale.md a memory monitor (kdamond) takes 9% of a core while 1,000 process jobs run
+    and 80% while 10,000 do, which a 2-core machine's wall times show."""
     try:
         pids = Path("/proc/2/task/2/children").read_text().split()
     except OSError:
-        return 0.0
-    ticks = 0
+        return {}
+    ticks = {}
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # ended meanwhile
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat's 14th and 15th)
+        ticks[pid] = int(fields[11]) + int(fields[12])  # utime, stime (stat's 14th and 15th)
+    return ticks
+
+
+def kernel_cpu_since(before: dict[str, int]) -> float:
+    """CPU seconds the kernel's threads used since `before` (`kernel_threads_cpu`): those
+    alive now, a thread started meanwhile counted whole (kworkers come and go; one that
+    ended meanwhile is not seen, so this may tell a little less, never less than 0)."""
+    now = kernel_threads_cpu()
+    ticks = sum(max(0, used - before.get(pid, 0)) for pid, used in now.items())
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -107,7 +116,7 @@ def run(argv: Sequence[str], env: dict[str, str], cwd: Path, check: Check) -> Me
         list(argv), env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT
     )
     measured = Measured(
-        time.perf_counter() - started, _children_cpu() - cpu, kernel_threads_cpu() - kernel
+        time.perf_counter() - started, _children_cpu() - cpu, kernel_cpu_since(kernel)
     )
     problem = f"exit {done.returncode}" if done.returncode != 0 else check(done)
     if problem is not None:

@@ -207,8 +207,9 @@ def print_tasks(results: Results, side: str) -> None:
             m = median(by_size[n])
             growth = ""
             if n == high and high > low:
-                ratio = m.wall / median(by_size[low]).wall
-                growth = f"{ratio:.1f}x for {high / low:g}x tasks"
+                first = median(by_size[low])
+                cpu = f"{m.cpu / first.cpu:.1f}x" if first.cpu > 0 else "-"
+                growth = f"{m.wall / first.wall:.1f}x for {high / low:g}x tasks (CPU {cpu})"
             print(f"{command:<11} {n:>7,} {m.wall:>9.3f} {m.cpu:>9.3f} {m.kernel:>9.3f}  {growth}")
     print()
 

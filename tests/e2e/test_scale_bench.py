@@ -82,7 +82,8 @@ def test_a_tiny_local_run_reports_every_target_and_cleans_up(
     assert [(command, tasks) for command, tasks, _ in rows] == [
         (command, tasks) for command in ("apply", "no-op plan", "destroy") for tasks in "36"
     ], done.stdout
-    assert [growth.endswith("x for 2x tasks") for _, _, growth in rows] == [False, True] * 3
+    grew = re.compile(r"\d+\.\dx for 2x tasks \(CPU (\d+\.\dx|-)\)$")
+    assert [bool(grew.match(growth)) for _, _, growth in rows] == [False, True] * 3, rows
     # Terraform beside ours where it is installed, else the figure measured for the issue
     assert "terraform_data" in done.stdout
     targets = [line.strip() for line in lines if line.startswith(("  PASS ", "  FAIL "))]

@@ -233,6 +233,11 @@ class FleetMachines:
             return await agent.list_jobs(run_name=run_name)
         return await self.listings.jobs(self.machine_key(fleet, host), agent.list_jobs, run_name)
 
+    def start_jobs(self, fleet: str, host: str, agent: JobsAPI) -> None:
+        """Ask `agent` (`fleet`'s machine `host`) for its jobs now, for a later `jobs` of
+        this command to answer from, without waiting (`JobListings.start`)."""
+        self.listings.start(self.machine_key(fleet, host), agent.list_jobs)
+
     def machine_key(self, fleet: str, host: str) -> MachineKey:
         """Which machine `fleet`'s `host` is, for `listings` (no I/O): a fleet of implicit
         machines names one by several names, as `agent` resolves them."""

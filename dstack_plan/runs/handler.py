@@ -401,7 +401,7 @@ class RunHandler(ResourceHandler):
                 agent = await self.machines.jobs_api(fleet, host, state)
             except DstackPlanError:
                 continue
-            self.machines.listings.start(self.machines.machine_key(fleet, host), agent.list_jobs)
+            self.machines.start_jobs(fleet, host, agent)
 
     async def delete(
         self, current: ResourceState, ctx: ApplyContext, *, keep_recorded: bool = False

@@ -133,6 +133,7 @@ class Project:
         """`--label KEY=VALUE`: added to every run's `labels:` when the configuration loads
         (`config/labels.py`), so the plan, a saved plan and state hold them."""
         self.force = False
+        self._private_paths: PrivatePaths | None = None
         """`apply --force`: drain SSH hosts that leave their fleet instead of refusing;
         `destroy --force`: forget hosts that cannot be cleaned, and stop other projects'
         jobs on hosts this project releases."""
@@ -217,10 +218,12 @@ class Project:
     def private_paths(self) -> PrivatePaths:
         """What runs' `files:` and `repos:` never send: the project's `.dstack/` and its local
         state's directory (or, beside the project's files, the state's own files)."""
-        from dstack_plan.runs import code_sources
+        if self._private_paths is None:  # the same for every run: resolved once
+            from dstack_plan.runs import code_sources
 
-        state = self.backend.path if isinstance(self.backend, LocalBackend) else None
-        return code_sources.private_paths(self.directory, state)
+            state = self.backend.path if isinstance(self.backend, LocalBackend) else None
+            self._private_paths = code_sources.private_paths(self.directory, state)
+        return self._private_paths
 
     def code_dir(self, address: str) -> Path:
         """Where the relative `files:` and `repos:` paths of run `address` start: the

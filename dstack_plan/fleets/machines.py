@@ -137,27 +137,12 @@ class FleetMachines:
         if self.is_engine(fleet, state):
             return []  # the cluster's scheduler places the jobs: no machine is ours
         entry = self._entry(fleet, state)
-        config = _provider_parts(entry)[0]
-        provider = self._provider(fleet, entry)
-        instances = {i.id: i for i in provider.host_instances(fleet)}
-        addresses = {config.host_name(h): h.internal_ip or h.hostname for h in config.hosts}
-        machines = []
-        for host in FleetRecord.of(entry).hosts:
-            instance = instances.get(host.instance_id)
-            if instance is None:  # recorded, but no longer in the recorded config
-                continue
-            machines.append(
-                Machine(
-                    fleet=fleet,
-                    provider=entry.provider,
-                    host=host.name,
-                    address=addresses.get(host.name, host.hostname),
-                    instance=instance,
-                    resources=host.resources,
-                    problem=host.problem,
-                )
-            )
-        return machines
+        found = _RECORDED_MACHINES.get(entry)
+        if found is None or found[0] != fleet:  # another name for it: an imported fleet
+            provider = self._provider(fleet, entry)
+            found = (fleet, _recorded_machines(fleet, entry, provider))
+            _RECORDED_MACHINES.put(entry, found)
+        return list(found[1])
 
     def has_host(self, fleet: str, host: str, state: State) -> bool:
         """Whether `fleet` still has the machine `host` (no I/O). A fleet of implicit
@@ -393,6 +378,37 @@ def _provider_key(entry: ResourceState) -> tuple[SSHConfig, dict[str, str], str]
     pins = FleetRecord.of(entry).pins()
     return config, pins, json.dumps([config.model_dump(mode="json"), pins], sort_keys=True)
 
+
+def _recorded_machines(
+    fleet: str, entry: ResourceState, provider: SSHProvider
+) -> tuple[Machine, ...]:
+    """The hosts SSH (or booted cloud) fleet `entry` records, as machines."""
+    config = _provider_parts(entry)[0]
+    instances = {i.id: i for i in provider.host_instances(fleet)}
+    addresses = {config.host_name(h): h.internal_ip or h.hostname for h in config.hosts}
+    machines = []
+    for host in FleetRecord.of(entry).hosts:
+        instance = instances.get(host.instance_id)
+        if instance is None:  # recorded, but no longer in the recorded config
+            continue
+        machines.append(
+            Machine(
+                fleet=fleet,
+                provider=entry.provider,
+                host=host.name,
+                address=addresses.get(host.name, host.hostname),
+                instance=instance,
+                resources=host.resources,
+                problem=host.problem,
+            )
+        )
+    return tuple(machines)
+
+
+_RECORDED_MACHINES: IdentityMemo[ResourceState, tuple[str, tuple[Machine, ...]]] = IdentityMemo()
+"""The fleet's name and its `_recorded_machines`, by fleet entry: an apply places each of its
+runs on the machines of its fleet, and making them anew for each run cost as much as placing
+it."""
 
 _PROVIDER_KEYS: IdentityMemo[ResourceState, tuple[SSHConfig, dict[str, str], str]] = IdentityMemo()
 """`_provider_key` by fleet entry: a watch tick looks up a fleet's provider for each of its

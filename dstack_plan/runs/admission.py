@@ -13,6 +13,10 @@ fails any other with a one-line error (`RunHandler.create`).
 
 Host ports are arbitrated the same way: the agent refuses a job whose host ports an unfinished
 job binds (409 `ports_unavailable`), and the loser is placed again as for GPUs.
+
+Every new job goes through this (`RunHandler.admit_jobs`): a new run's, the replicas a
+service's scale-up adds, a rolling update's new replica; only this attempt's jobs are
+withdrawn, never the replicas already running.
 """
 
 from __future__ import annotations

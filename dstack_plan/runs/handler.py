@@ -173,21 +173,7 @@ class RunHandler(ResourceHandler):
             self.pack_code(change, spec),
         )
 
-        async def submit(placed: Sequence[PlacedJob]) -> list[Submitted]:
-            agents = await self._agents(fleet, {j.machine.host for j in placed}, state)
-            return await self._submit(change.address, run, placed, agents, state, ctx)
-
-        # another project may take the GPUs the plan saw free: `admit` places again on a loss
-        jobs = await admit(
-            run,
-            slots(spec),
-            machines,
-            place=lambda: self.place_now(fleet, change.address, spec, state),
-            submit=submit,
-            agent_of=lambda host: self.machines.agent(fleet, host, state),
-            progress=lambda message: ctx.progress(change.address, message),
-            sleep=ctx.clock.sleep,
-        )
+        jobs = await self.admit_jobs(change.address, run, slots(spec), fleet, machines, state, ctx)
         # new machines of a burst are the fleet's: its entry counts their price
         price = change.placement.price_per_hour if change.placement and not burst else 0.0
         return self._started(change, spec, fleet, generation, jobs, state, price)
@@ -315,17 +301,18 @@ class RunHandler(ResourceHandler):
                 change, spec, record.fleet, generation, state, ctx, missing
             )
         elif missing:
+            replicas = len(missing)
             machines = await self.place_now(
-                record.fleet, change.address, spec, state, replicas=len(missing)
+                record.fleet, change.address, spec, state, replicas=replicas
             )
-            placed = [PlacedJob(s, m) for s, m in zip(missing, machines, strict=True)]
             generation = _unused_generation(
                 record.generation or 0, change.name, self.deployment, missing, current, ctx
             )
             code = self.pack_code(change, spec)
             run = RunSubmission(spec, change.name, self.deployment, generation, self.secrets, code)
-            agents = await self._agents(record.fleet, {m.host for m in machines}, state)
-            added = await self._submit(change.address, run, placed, agents, state, ctx)
+            added = await self.admit_jobs(
+                change.address, run, missing, record.fleet, machines, state, ctx, replicas
+            )
         await self._stop_and_remove(record.fleet, surplus, spec, state, reason=SCALED_DOWN)
         gpus = slot_gpus(spec)
         jobs = kept + [_job_record(j, gpus)._replace(spec_hash=spec_hash) for j in added]
@@ -452,6 +439,38 @@ class RunHandler(ResourceHandler):
             await self._volumes.release(state, excluding={current.address})
 
     # -- helpers -----------------------------------------------------------------------------
+
+    async def admit_jobs(
+        self,
+        address: str,
+        run: RunSubmission,
+        job_slots: Sequence[JobSlot],
+        fleet: str,
+        machines: Sequence[Machine],
+        state: State,
+        ctx: ApplyContext,
+        replicas: int | None = None,
+    ) -> list[Submitted]:
+        """Submit `run`'s `job_slots` to `machines` of `fleet` (one each). Another project
+        may take the GPUs or host ports the placement saw free: on such a loss at an agent,
+        this attempt's jobs are withdrawn and placed again (`replicas` more of a service's,
+        for a scale-up or a rollout's new replica), then submitted again (`runs/admission.py`).
+        """
+
+        async def submit(placed: Sequence[PlacedJob]) -> list[Submitted]:
+            agents = await self._agents(fleet, {j.machine.host for j in placed}, state)
+            return await self._submit(address, run, placed, agents, state, ctx)
+
+        return await admit(
+            run,
+            job_slots,
+            machines,
+            place=lambda: self.place_now(fleet, address, run.spec, state, replicas),
+            submit=submit,
+            agent_of=lambda host: self.machines.agent(fleet, host, state),
+            progress=lambda message: ctx.progress(address, message),
+            sleep=ctx.clock.sleep,
+        )
 
     async def _submit(
         self,

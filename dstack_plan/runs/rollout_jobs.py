@@ -4,6 +4,7 @@ the old one, telling when it is ready, asking and removing jobs."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from dstack_plan.agent.api_models import JobInfo, JobStatus
@@ -14,7 +15,7 @@ from dstack_plan.providers.local import LOCAL_FLEET
 from dstack_plan.runs.jobs import JobSlot
 from dstack_plan.runs.records import JobRecord, RunRecord
 from dstack_plan.runs.rollout_record import job_spec_hash
-from dstack_plan.runs.submission import PlacedJob, RunSubmission, submit_jobs
+from dstack_plan.runs.submission import RunSubmission, Submitted
 from dstack_plan.state.model import ResourceState, State
 
 if TYPE_CHECKING:
@@ -41,6 +42,18 @@ class RunPlacer(Protocol):
         self, fleet: str, address: str, spec: RunSpec, state: State, replicas: int | None = None
     ) -> list[Machine]: ...
 
+    async def admit_jobs(
+        self,
+        address: str,
+        run: RunSubmission,
+        job_slots: Sequence[JobSlot],
+        fleet: str,
+        machines: Sequence[Machine],
+        state: State,
+        ctx: ApplyContext,
+        replicas: int | None = None,
+    ) -> list[Submitted]: ...
+
 
 PORT_WAIT = 20.0
 """Seconds a running new replica gets to answer on its port before it counts as ready anyway
@@ -65,15 +78,11 @@ async def start_replica(
     run = RunSubmission(
         spec, entry.name, deployment, generation, handler.secrets, handler.pack_code(change, spec)
     )
-    agents = {m.host: await handler.machines.agent(record.fleet, m.host, state) for m in machines}
-    try:
-        submitted = await submit_jobs(run, [PlacedJob(slot, machines[0])], agents, ctx)
-    except BaseException:
-        handler.machines.listings.relist(record.fleet)  # submitted or not: ask again
-        raise
+    # placed again when another project's job takes its room first, as a scale-up's replica
+    submitted = await handler.admit_jobs(
+        entry.address, run, [slot], record.fleet, machines, state, ctx, replicas=1
+    )
     job = submitted[0]
-    key = handler.machines.machine_key(record.fleet, job.machine.host)
-    handler.machines.listings.record(key, [job.info])  # the command's listing shows it
     return JobRecord.of_job(job.info, replica, 0, host=job.machine.host)._replace(
         spec_hash=job_spec_hash(entry.spec)
     )

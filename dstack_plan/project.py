@@ -133,10 +133,10 @@ class Project:
         """`--label KEY=VALUE`: added to every run's `labels:` when the configuration loads
         (`config/labels.py`), so the plan, a saved plan and state hold them."""
         self.force = False
-        self._private_paths: PrivatePaths | None = None
         """`apply --force`: drain SSH hosts that leave their fleet instead of refusing;
         `destroy --force`: forget hosts that cannot be cleaned, and stop other projects'
         jobs on hosts this project releases."""
+        self._private_paths: PrivatePaths | None = None
         self.take_over = False
         """`apply --take-over`: move the claim of hosts another project's fleet owns to this
         project's fleet (refused while the owner's jobs run there)."""

@@ -1,8 +1,8 @@
-"""A service's new replicas race other projects' submissions as a new run's jobs do: when
-the agent refuses one because another job took its GPUs or host ports at that moment (409),
-the replica is withdrawn, placed again from a fresh listing and submitted again
-(`RunHandler.admit_jobs`, `runs/admission.py`), instead of failing the scale-up. A fake agent
-on a fake local machine; no processes."""
+"""A service's new replicas (a scale-up's, a rolling update's) race other projects'
+submissions as a new run's jobs do: when the agent refuses one because another job took its
+GPUs or host ports at that moment (409), the replica is withdrawn, placed again from a fresh
+listing and submitted again (`RunHandler.admit_jobs`, `runs/admission.py`), instead of
+failing. A fake agent on a fake local machine; no processes."""
 
 from __future__ import annotations
 
@@ -16,14 +16,17 @@ import pytest
 from dstack_plan.agent.api_models import JobInfo, JobSpec, JobStatus
 from dstack_plan.apply.handlers import ApplyContext
 from dstack_plan.clock import FakeClock
+from dstack_plan.config.runs import ServiceSpec
 from dstack_plan.config.secrets import SecretStore
 from dstack_plan.errors import AgentError
 from dstack_plan.fleets.machines import FleetMachines
+from dstack_plan.plan.normalize import spec_from_normalized
 from dstack_plan.providers.base import Instance, MachineResources
 from dstack_plan.providers.local import LOCAL_FLEET, LocalProvider
 from dstack_plan.runs.admission import CONFLICT, MAX_ATTEMPTS
 from dstack_plan.runs.handler import RunHandler
 from dstack_plan.runs.queueing import NoCapacity
+from dstack_plan.runs.rollout_jobs import start_replica
 from dstack_plan.state import ResourceState
 
 DEPLOYMENT = "abc123"
@@ -95,9 +98,9 @@ def _no_ssh(*args: Any) -> Any:
     raise AssertionError("no SSH fleet here")
 
 
-def scale_to_two(agent: RacingAgent) -> tuple[list[str], list[str]]:
-    """Scale service `web` (one replica running) to two; (its jobs' ids, what it said)."""
-    service = ResourceState.create(
+def service() -> ResourceState:
+    """Service `web` with one replica running."""
+    return ResourceState.create(
         "service.web",
         provider="local",
         spec=SERVICE,
@@ -110,33 +113,46 @@ def scale_to_two(agent: RacingAgent) -> tuple[list[str], list[str]]:
             "jobs": [{"id": FIRST_JOB, "replica": 0, "node": 0, "status": "running"}],
         },
     )
+
+
+def add_replica(agent: RacingAgent, how: str) -> tuple[list[str], list[str]]:
+    """Give `web` a second job: by scaling it to two replicas (`scale`), or as a rolling
+    update's new replica beside the old one (`rollout`); (its jobs' ids, what it said)."""
+    entry = service()
     handler = RunHandler(FleetMachines(FakeMachine(agent), _no_ssh), SecretStore("."), DEPLOYMENT)
     said: list[str] = []
 
-    async def scale() -> list[str]:
+    async def add() -> list[str]:
         ctx = ApplyContext(
             clock=FakeClock(5.0), progress=lambda address, message: said.append(message)
         )
         with handler.machines.listings.kept():  # as within a command
-            outcome = await handler.scale(service, 2, ctx)
-        return [job["id"] for job in outcome.attributes["jobs"]]
+            if how == "scale":
+                outcome = await handler.scale(entry, 2, ctx)
+                return [job["id"] for job in outcome.attributes["jobs"]]
+            spec = spec_from_normalized("service", SERVICE)
+            assert isinstance(spec, ServiceSpec)
+            new = await start_replica(handler, entry, spec, 0, 200, ctx)
+            return [FIRST_JOB, new.id]
 
-    return asyncio.run(scale()), said
+    return asyncio.run(add()), said
 
 
+@pytest.mark.parametrize("how", ["scale", "rollout"])
 @pytest.mark.parametrize("code", ["ports_unavailable", "gpus_unavailable"])
-def test_a_replica_that_loses_the_race_is_placed_and_submitted_again(code: str) -> None:
+def test_a_replica_that_loses_the_race_is_placed_and_submitted_again(code: str, how: str) -> None:
     agent = RacingAgent(refusals=1, code=code)
-    jobs, said = scale_to_two(agent)
-    assert len(jobs) == 2 and jobs[0] == FIRST_JOB
+    jobs, said = add_replica(agent, how)
+    assert len(jobs) == 2 and jobs[0] == FIRST_JOB and jobs[1] != FIRST_JOB
     assert set(agent.jobs) == set(jobs)  # the new replica runs; nothing else was left
     assert agent.submits == 2
     assert any(CONFLICT in message for message in said)
 
 
-def test_a_replica_that_loses_every_race_is_no_capacity_naming_the_conflict() -> None:
+@pytest.mark.parametrize("how", ["scale", "rollout"])
+def test_a_replica_that_loses_every_race_is_no_capacity_naming_the_conflict(how: str) -> None:
     agent = RacingAgent(refusals=MAX_ATTEMPTS)
     with pytest.raises(NoCapacity, match=CONFLICT):
-        scale_to_two(agent)
+        add_replica(agent, how)
     assert agent.submits == MAX_ATTEMPTS
     assert set(agent.jobs) == {FIRST_JOB}  # the running replica is left alone

@@ -20,11 +20,10 @@ get a plain-text 421 (`proxy/loopback.py`).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
+from aiohttp.typedefs import Handler, Middleware
 
 from dstack_plan.proxy.loopback import LOOPBACK, MISDIRECTED, host_allowed, refusal
 from dstack_plan.proxy.token import ensure_token
@@ -32,8 +31,6 @@ from dstack_plan.proxy.token import ensure_token
 UI_TOKEN_FILE = Path(".dstack") / "ui-token"
 READ_METHODS = frozenset({"GET", "HEAD"})
 COOKIE = "dstack_ui_token"
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def needs_token(host: str) -> bool:

@@ -12,13 +12,13 @@ follows the API's server-sent events (`static/ui.js`); the chart page draws
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.web.routing import attempt, flag, number, since, source_of
@@ -42,8 +42,6 @@ EVENTS_SHOWN = 200
 RUN_EVENTS_SHOWN = 50
 SAMPLES_SHOWN = 30
 """The last metrics samples the chart page lists as a table (the no-JS view)."""
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,16 @@ of a route that the router and the document are both built from."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import BaseModel
 
 from dstack_plan.errors import DstackPlanError
 from dstack_plan.web.source import ApiSource
 
 SOURCE = web.AppKey("source", ApiSource)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class BadRequest(DstackPlanError):

@@ -438,8 +438,6 @@ class RunHandler(ResourceHandler):
             # its jobs are gone: the volumes they mounted leave their machines
             await self._volumes.release(state, excluding={current.address})
 
-    # -- helpers -----------------------------------------------------------------------------
-
     async def admit_jobs(
         self,
         address: str,
@@ -471,6 +469,8 @@ class RunHandler(ResourceHandler):
             progress=lambda message: ctx.progress(address, message),
             sleep=ctx.clock.sleep,
         )
+
+    # -- helpers -----------------------------------------------------------------------------
 
     async def _submit(
         self,

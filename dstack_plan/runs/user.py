@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import getpass
 import os
 
@@ -16,17 +15,6 @@ def current_user() -> str:
     named = os.environ.get(USER_ENV, "").strip()
     if named:
         return named
-    return _login_name(os.getuid(), tuple(os.environ.get(name) for name in _LOGIN_ENV))
-
-
-_LOGIN_ENV = ("LOGNAME", "USER", "LNAME", "USERNAME")
-"""What `getpass.getuser` reads before the passwd entry, in its order."""
-
-
-@functools.cache
-def _login_name(uid: int, environment: tuple[str | None, ...]) -> str:
-    """getpass's name for `uid` with `environment` (`_LOGIN_ENV`'s values): a passwd lookup
-    once per process, not once per run an apply creates."""
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # getpass raises these when no name can be found

@@ -1,4 +1,5 @@
-"""Jobs without an image: `sh -c` in their own session, output captured through a pipe.
+"""Jobs without an image: `sh -c` (or, for one plain command, the program itself:
+`runtimes/direct_exec.py`) in their own session, output captured through a pipe.
 
 Such a job cannot outlive the agent (its output pipe and exit status belong to the agent), so
 after a restart it is failed rather than re-adopted, and its leftover processes are killed.
@@ -20,6 +21,7 @@ from dstack_plan.agent.job import Job
 from dstack_plan.agent.proctree import process_start_ticks
 from dstack_plan.agent.protocol import EXECUTOR_ERROR, REDACTED, RUNTIME_PROCESS
 from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError, host_network_ports
+from dstack_plan.agent.runtimes.direct_exec import direct_argv
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,15 @@ def job_argv(job: Job) -> list[str]:
     if spec.entrypoint:
         return [*spec.entrypoint, *spec.commands]
     return ["/bin/sh", "-c", " && ".join(spec.commands)]
+
+
+def _argvs(job: Job, env: dict[str, str], cwd: Path) -> list[list[str]]:
+    """What to try executing, in order: the command without a shell where it needs none,
+    then `job_argv` (a program the kernel will not execute, a script without `#!`, is then
+    the shell's to run or report, as it would have been)."""
+    argv = job_argv(job)
+    direct = None if job.spec.entrypoint else direct_argv(job.spec.commands, env.get("PATH"), cwd)
+    return [direct, argv] if direct is not None else [argv]
 
 
 def _account(user: str | None) -> pwd.struct_passwd | None:
@@ -104,20 +115,27 @@ class ProcessRuntime(Runtime):
             raise StartError(EXECUTOR_ERROR, f"cannot create the working dir: {e}") from e
         if job.spec.code:
             self._unpack_code(job, cwd)
-        try:
-            proc = subprocess.Popen(
-                job_argv(job),
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-                **kwargs,
-            )
-        except (OSError, ValueError, KeyError) as e:
-            raise StartError(EXECUTOR_ERROR, f"cannot start the process: {e}") from e
+        # the shell would export its working directory as PWD: so does a direct start
+        env["PWD"] = str(cwd)
+        proc = None
+        for argv in _argvs(job, env, cwd):
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                    **kwargs,
+                )
+                break
+            except (OSError, ValueError, KeyError) as e:
+                error = e
+        if proc is None:
+            raise StartError(EXECUTOR_ERROR, f"cannot start the process: {error}") from error
         with self._lock:
             self._procs[job.id] = proc
         try:

@@ -1,0 +1,87 @@
+"""A process job whose one command is a plain program call runs without a shell, against a
+real agent: the job's process is the program itself (one pid a job, not two), it gets what
+the shell would have given it, and a command the kernel cannot execute still runs as the
+shell runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from dstack_plan.agent.api_models import JobInfo, JobSpec
+from dstack_plan.agent.client import AgentClient
+from tests.infra.agent_process import AgentProcess
+
+NET = 60.0
+"""Seconds a test waits for a job before concluding it will not end (a safety net)."""
+NET_POLLS = 6000
+"""Polls (10 ms apart) before waiting for a job to start gives up: the same safety net."""
+
+
+def spec(job_id: str, *commands: str, **kwargs: Any) -> JobSpec:
+    return JobSpec(id=job_id, run_name="test-run", commands=list(commands), **kwargs)
+
+
+async def started(client: AgentClient, job_id: str) -> JobInfo:
+    for _ in range(NET_POLLS):
+        info = await client.get_job(job_id)
+        if info.status.value == "running" and info.pid:
+            return info
+        assert not info.finished, info
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{job_id} did not start")
+
+
+def program_of(pid: int) -> str:
+    return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+
+
+async def test_a_plain_command_is_the_jobs_own_process(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("plain", "sleep 60"))
+    await client.submit(spec("shelled", "sleep 60 && true"))
+    plain, shelled = await started(client, "plain"), await started(client, "shelled")
+    assert plain.pid and shelled.pid
+    assert program_of(plain.pid) == "sleep"
+    assert Path(f"/proc/{plain.pid}/cmdline").read_bytes() == b"sleep\x0060\x00"
+    assert program_of(shelled.pid) in ("dash", "sh", "bash", "busybox")
+    for job_id in ("plain", "shelled"):  # a stop reaches the program either way
+        await client.stop(job_id, timeout=5)
+        info = await client.wait(job_id, timeout=NET)
+        assert info.status.value == "terminated", info
+
+
+async def test_a_direct_job_gets_its_working_dir_and_every_env_name(
+    agent: AgentProcess, tmp_path: Path
+) -> None:
+    client = agent.client()
+    env = {"MY-VAR": "x", "PWD": "/somewhere/else"}
+    await client.submit(spec("envs", "env", working_dir=str(tmp_path), env=env))
+    info = await client.wait("envs", timeout=NET)
+    lines = (await client.read_all_logs("envs")).decode().splitlines()
+    assert (info.status.value, info.exit_code) == ("done", 0), lines
+    # the shell would have exported PWD as the directory it runs in; bash keeps `MY-VAR`
+    assert f"PWD={tmp_path}" in lines and "MY-VAR=x" in lines
+
+
+async def test_a_script_without_interpreter_line_still_runs_under_the_shell(
+    agent: AgentProcess, tmp_path: Path
+) -> None:
+    script = tmp_path / "steps"
+    script.write_text('echo "ran $1"\n')  # no `#!`: the kernel refuses it, the shell runs it
+    script.chmod(0o755)
+    client = agent.client()
+    await client.submit(spec("script", "./steps fine", working_dir=str(tmp_path)))
+    info = await client.wait("script", timeout=NET)
+    assert (info.status.value, info.exit_code) == ("done", 0), info
+    assert await client.read_all_logs("script") == b"ran fine\n"
+
+
+async def test_a_missing_program_fails_as_the_shell_reports_it(agent: AgentProcess) -> None:
+    client = agent.client()
+    await client.submit(spec("missing", "no-such-program-here --help"))
+    info = await client.wait("missing", timeout=NET)
+    assert (info.status.value, info.exit_code) == ("failed", 127)
+    assert b"not found" in await client.read_all_logs("missing")

@@ -1,7 +1,8 @@
-"""A process job whose one command is a plain program call runs without a shell, against a
-real agent: the job's process is the program itself (one pid a job, not two), it gets what
-the shell would have given it, and a command the kernel cannot execute still runs as the
-shell runs it."""
+"""How lean a process job is, against a real agent: one whose one command is a plain program
+call runs without a shell (the job's process is the program itself: one pid a job, not two),
+gets what the shell would have given it, and a command the kernel cannot execute still runs
+as the shell runs it; and the agent waits for each job's exit on a pidfd of its own.
+"""
 
 from __future__ import annotations
 
@@ -85,3 +86,31 @@ async def test_a_missing_program_fails_as_the_shell_reports_it(agent: AgentProce
     info = await client.wait("missing", timeout=NET)
     assert (info.status.value, info.exit_code) == ("failed", 127)
     assert b"not found" in await client.read_all_logs("missing")
+
+
+def pidfds_of(pid: int) -> int:
+    fds = Path(f"/proc/{pid}/fd")
+    links = []
+    for fd in fds.iterdir():
+        try:
+            links.append(os.readlink(fd))
+        except FileNotFoundError:  # closed meanwhile
+            pass
+    return links.count("anon_inode:[pidfd]")
+
+
+async def test_each_running_process_job_is_waited_for_on_a_pidfd(agent: AgentProcess) -> None:
+    """A job's thread waits on a pidfd of its own, not in the agent's shared `waitpid`
+    queue that every exit walks (`runtimes/child_exit.py`); the pidfd goes with the job."""
+    assert agent.proc is not None
+    client = agent.client()
+    for name in ("w0", "w1", "w2"):
+        await client.submit(spec(name, "sleep 60"))
+    for name in ("w0", "w1", "w2"):
+        await started(client, name)
+    assert pidfds_of(agent.proc.pid) == 3
+    for name in ("w0", "w1", "w2"):
+        await client.stop(name, timeout=5)
+    for name in ("w0", "w1", "w2"):
+        assert (await client.wait(name, timeout=NET)).status.value == "terminated"
+    assert pidfds_of(agent.proc.pid) == 0

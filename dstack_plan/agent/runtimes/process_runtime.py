@@ -21,6 +21,7 @@ from dstack_plan.agent.job import Job
 from dstack_plan.agent.proctree import process_start_ticks
 from dstack_plan.agent.protocol import EXECUTOR_ERROR, REDACTED, RUNTIME_PROCESS
 from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError, host_network_ports
+from dstack_plan.agent.runtimes.child_exit import Pidfds, wait_exit
 from dstack_plan.agent.runtimes.direct_exec import direct_argv
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class ProcessRuntime(Runtime):
         self._blobs = blobs
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
+        self._pidfds = Pidfds()
 
     def _working_dir(self, job: Job) -> Path:
         base = self._jobs_dir / job.id / "work"
@@ -136,6 +138,7 @@ class ProcessRuntime(Runtime):
                 error = e
         if proc is None:
             raise StartError(EXECUTOR_ERROR, f"cannot start the process: {error}") from error
+        pidfd = self._pidfds.open(proc.pid)  # before the stop thread (may reap it) knows it
         with self._lock:
             self._procs[job.id] = proc
         try:
@@ -151,13 +154,14 @@ class ProcessRuntime(Runtime):
             )
             if stop is not None:
                 threading.Thread(target=self.stop, args=(job, stop.timeout), daemon=True).start()
-            code = proc.wait()
+            code = wait_exit(proc, pidfd)
             # The job is its main process: whatever it left in its group goes with it (and
             # lets go of the output pipe, so the reader sees EOF).
             kill_group(proc.pid, signal.SIGKILL)
             reader.join(timeout=5)
             return code if code >= 0 else 128 - code
         finally:
+            self._pidfds.close(pidfd)
             with self._lock:
                 self._procs.pop(job.id, None)
 

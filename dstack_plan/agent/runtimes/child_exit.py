@@ -9,9 +9,7 @@ on it until its child has exited, then reaps it at once.
 
 A pidfd is an open file, and a job already holds one (its output pipe): where the open-files
 limit is low (a container's 20,000), pidfds for all would halve the jobs a host can start.
-They take at most a quarter of the limit. A job past that waits for the end of its output,
-which comes with its exit unless a process it left behind holds the pipe: meanwhile its
-status is polled, every 5 s at the slowest, and `waitpid` blocks only once the output ended.
+They take at most a quarter of the limit; the jobs past that wait in `waitpid` as before.
 """
 
 from __future__ import annotations
@@ -24,9 +22,6 @@ import threading
 
 PIDFD_SHARE = 4
 """Pidfds are at most 1/PIDFD_SHARE of the open-files limit."""
-FIRST_POLL, LAST_POLL = 0.05, 5.0
-"""Seconds between polls of a job without a pidfd whose output goes on: doubling from the
-first to the last."""
 
 
 class Pidfds:
@@ -59,18 +54,11 @@ class Pidfds:
             self._held -= 1
 
 
-def wait_exit(
-    proc: subprocess.Popen[bytes], pidfd: int | None, output_ended: threading.Event
-) -> int:
-    """`proc`'s exit status, once it has exited: waited for on `pidfd` where there is one,
-    else for `output_ended` (set at the end of its output) while polling its status."""
+def wait_exit(proc: subprocess.Popen[bytes], pidfd: int | None) -> int:
+    """`proc`'s exit status, once it has exited: waited for on `pidfd` where there is one."""
     if pidfd is not None:
         poller = select.poll()  # not select(): the agent's descriptors go past 1,024
         poller.register(pidfd, select.POLLIN)
         while not poller.poll():  # no timeout: it returns with the exit (EINTR is retried)
             pass
-    else:
-        delay = FIRST_POLL
-        while not output_ended.wait(delay) and proc.poll() is None:
-            delay = min(delay * 2, LAST_POLL)
     return proc.wait()

@@ -141,13 +141,9 @@ class ProcessRuntime(Runtime):
         pidfd = self._pidfds.open(proc.pid)  # before the stop thread (may reap it) knows it
         with self._lock:
             self._procs[job.id] = proc
-        output_ended = threading.Event()
         try:
             reader = threading.Thread(
-                target=self._read,
-                args=(job, ctl, proc, output_ended),
-                name=f"log-{job.id}",
-                daemon=True,
+                target=self._read, args=(job, ctl, proc), name=f"log-{job.id}", daemon=True
             )
             reader.start()
             stop = ctl.mark_started(
@@ -158,7 +154,7 @@ class ProcessRuntime(Runtime):
             )
             if stop is not None:
                 threading.Thread(target=self.stop, args=(job, stop.timeout), daemon=True).start()
-            code = wait_exit(proc, pidfd, output_ended)
+            code = wait_exit(proc, pidfd)
             # The job is its main process: whatever it left in its group goes with it (and
             # lets go of the output pipe, so the reader sees EOF).
             kill_group(proc.pid, signal.SIGKILL)
@@ -201,9 +197,7 @@ class ProcessRuntime(Runtime):
             raise StartError(EXECUTOR_ERROR, f"cannot unpack the code into {cwd}: {e}") from e
         log.info("job %s: unpacked %d file(s) of code %s", job.id, count, code[:12])
 
-    def _read(
-        self, job: Job, ctl: JobControl, proc: subprocess.Popen, ended: threading.Event
-    ) -> None:
+    def _read(self, job: Job, ctl: JobControl, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         try:
@@ -216,7 +210,6 @@ class ProcessRuntime(Runtime):
             log.warning("job %s: reading output failed: %s", job.id, e)
         finally:
             proc.stdout.close()
-            ended.set()
 
     def stop(self, job: Job, timeout: float) -> None:
         kill_group(job.pid, signal.SIGTERM)

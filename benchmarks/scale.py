@@ -15,12 +15,13 @@ sshd, made as benchmarks/fanout_hosts.py makes them: network `br-dpbench`, or co
 
 Tasks (benchmarks/scale_tasks.py): per size, smallest first, the local fleet's cycle, then
 Terraform's apply of as many `terraform_data` (where `terraform` is on PATH), then the SSH
-fleet's cycle: the sides alternate, one after the other (10,000 process jobs take about
-20,000 pids; pid_max here is 32,768). A cycle: `dstack apply -y` of N tasks (`sleep 3600`,
-one process job each) in a project of their own; untimed, until `dstack ps` says all run;
-`--plans` no-op `dstack plan --detailed-exitcode`; `dstack destroy -y` (on the SSH fleet
-`--target` every task: the fleet stays, so every apply lands on warm hosts). Wall and CPU
-seconds of each process; the local agent runs on a data dir of the benchmark's own
+fleet's cycle: the sides alternate, one after the other (10,000 process jobs take 10,000
+to 20,000 pids, their agent's threads as many more; pid_max here is 32,768). A cycle:
+`dstack apply -y` of N tasks (`sleep 3600`, one process job each) in a project of their own;
+untimed, until `dstack ps` says all run; `--plans` no-op `dstack plan --detailed-exitcode`;
+`dstack destroy -y` (on the SSH fleet `--target` every task: the fleet stays, so every apply
+lands on warm hosts). Wall and CPU seconds of each process, its bytecode cached as an
+installed package's is; the local agent runs on a data dir of the benchmark's own
 (`DSTACK_PLAN_AGENT_DIR`), started by a one-task warm-up cycle, stopped at the end.
 `--rounds K` runs every size K times, the sizes alternating (1,000, 10,000, 1,000, ...), and
 reports medians: on a VM whose speed drifts by tens of percent, a growth ratio from one round

@@ -274,8 +274,14 @@ def terraform_apply(work: Path, n: int, env: dict[str, str], results: Results) -
 
 
 def local_env(base: dict[str, str], agent_dir: Path) -> dict[str, str]:
-    """`base` with the local agent's data dir in `agent_dir`: not the user's agent."""
-    return {**base, AGENT_DIR_ENV: str(agent_dir), "NO_COLOR": "1", "LC_ALL": "C.UTF-8"}
+    """`base` with the local agent's data dir in `agent_dir`: not the user's agent. Python
+    caches bytecode beside it, as an installed package has its `.pyc` files (the warm-up
+    fills it; this sandbox's `PYTHONDONTWRITEBYTECODE` would make every command compile
+    dstack_plan anew: benchmarks/cli_startup.py measures that case)."""
+    env = {**base, AGENT_DIR_ENV: str(agent_dir), "NO_COLOR": "1", "LC_ALL": "C.UTF-8"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(agent_dir.parent / "pycache")
+    return env
 
 
 def stop_local_agent(agent_dir: Path) -> None:

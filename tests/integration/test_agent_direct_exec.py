@@ -6,19 +6,17 @@ as the shell runs it; and the agent waits for each job's exit on a pidfd of its 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
 
 from dstack_plan.agent.api_models import JobInfo, JobSpec
 from dstack_plan.agent.client import AgentClient
+from tests.infra.agent_helpers import wait_for_status
 from tests.infra.agent_process import AgentProcess
 
 NET = 60.0
 """Seconds a test waits for a job before concluding it will not end (a safety net)."""
-NET_POLLS = 6000
-"""Polls (10 ms apart) before waiting for a job to start gives up: the same safety net."""
 
 
 def spec(job_id: str, *commands: str, **kwargs: Any) -> JobSpec:
@@ -26,13 +24,8 @@ def spec(job_id: str, *commands: str, **kwargs: Any) -> JobSpec:
 
 
 async def started(client: AgentClient, job_id: str) -> JobInfo:
-    for _ in range(NET_POLLS):
-        info = await client.get_job(job_id)
-        if info.status.value == "running" and info.pid:
-            return info
-        assert not info.finished, info
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{job_id} did not start")
+    """The job once it runs (the agent records its pid as it marks it running)."""
+    return await wait_for_status(client, job_id, ("running",), timeout=NET)
 
 
 def program_of(pid: int) -> str:

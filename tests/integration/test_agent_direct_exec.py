@@ -1,11 +1,13 @@
 """How lean a process job is, against a real agent: one whose one command is a plain program
 call runs without a shell (the job's process is the program itself: one pid a job, not two),
 gets what the shell would have given it, and a command the kernel cannot execute still runs
-as the shell runs it; and the agent waits for each job's exit on a pidfd of its own.
+as the shell runs it; and the agent watches each job's exit and output on a pidfd of its own,
+from one thread, the output of a process that outlives the job read on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -92,18 +94,48 @@ def pidfds_of(pid: int) -> int:
     return links.count("anon_inode:[pidfd]")
 
 
-async def test_each_running_process_job_is_waited_for_on_a_pidfd(agent: AgentProcess) -> None:
+async def test_each_running_process_job_is_watched_on_a_pidfd_by_one_thread(
+    agent: AgentProcess,
+) -> None:
     """A job's thread waits on a pidfd of its own, not in the agent's shared `waitpid`
-    queue that every exit walks (`runtimes/child_exit.py`); the pidfd goes with the job."""
+    queue that every exit walks (`runtimes/child_exit.py`), and reads the job's output in
+    the same wait: no second thread a job. The pidfd goes with the job."""
     assert agent.proc is not None
     client = agent.client()
+    threads = len(os.listdir(f"/proc/{agent.proc.pid}/task"))
     for name in ("w0", "w1", "w2"):
         await client.submit(spec(name, "sleep 60"))
     for name in ("w0", "w1", "w2"):
         await started(client, name)
     assert pidfds_of(agent.proc.pid) == 3
+    # one thread a job (+3); two a job would be +6 (the margin: a request's thread)
+    assert len(os.listdir(f"/proc/{agent.proc.pid}/task")) < threads + 6
     for name in ("w0", "w1", "w2"):
         await client.stop(name, timeout=5)
     for name in ("w0", "w1", "w2"):
         assert (await client.wait(name, timeout=NET)).status.value == "terminated"
     assert pidfds_of(agent.proc.pid) == 0
+
+
+async def test_a_process_that_left_the_job_writes_on_unhindered(
+    agent: AgentProcess, tmp_path: Path
+) -> None:
+    """The job ends with its main process, within the drain bound (5 s), though a process
+    it started in a session of its own still holds the output pipe; that process is not cut
+    off: its later writes do not fail (the pipe is still read), so it runs on."""
+    client = agent.client()
+    up, go, wrote = tmp_path / "up", tmp_path / "go", tmp_path / "wrote"
+    waiter = f"touch {up}; while [ ! -e {go} ]; do sleep 0.05; done; echo late; touch {wrote}"
+    # the job ends once the other process is in its own session (before, the end of the
+    # job's group would take it along)
+    command = f"setsid sh -c '{waiter}' & while [ ! -e {up} ]; do sleep 0.05; done; echo early"
+    await client.submit(spec("leaver", command))
+    info = await client.wait("leaver", timeout=NET)
+    assert (info.status.value, info.exit_code) == ("done", 0)
+    assert await client.read_all_logs("leaver") == b"early\n"
+    go.touch()
+    for _ in range(int(NET / 0.05)):  # a safety net: the file comes right after the write
+        if wrote.exists():
+            break
+        await asyncio.sleep(0.05)
+    assert wrote.exists()  # a write to a closed pipe would have killed it (SIGPIPE)

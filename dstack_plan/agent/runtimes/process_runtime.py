@@ -21,12 +21,15 @@ from dstack_plan.agent.job import Job
 from dstack_plan.agent.proctree import process_start_ticks
 from dstack_plan.agent.protocol import EXECUTOR_ERROR, REDACTED, RUNTIME_PROCESS
 from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError, host_network_ports
-from dstack_plan.agent.runtimes.child_exit import Pidfds, wait_exit
+from dstack_plan.agent.runtimes.child_exit import Pidfds, drain, pump_until_exit
 from dstack_plan.agent.runtimes.direct_exec import direct_argv
 
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 64 * 1024
+DRAIN_SECONDS = 5.0
+"""How long a job's output is still read after its group is gone: a process that left the
+group holding the pipe would otherwise keep its reader for as long as it runs."""
 _VISIBLE_DEVICES = {
     "nvidia": ("CUDA_VISIBLE_DEVICES",),
     "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
@@ -142,10 +145,12 @@ class ProcessRuntime(Runtime):
         with self._lock:
             self._procs[job.id] = proc
         try:
-            reader = threading.Thread(
-                target=self._read, args=(job, ctl, proc), name=f"log-{job.id}", daemon=True
-            )
-            reader.start()
+            reader = None
+            if pidfd is None:  # no pidfd to watch beside the pipe: a thread reads it
+                reader = threading.Thread(
+                    target=self._read, args=(job, ctl, proc), name=f"log-{job.id}", daemon=True
+                )
+                reader.start()
             stop = ctl.mark_started(
                 job,
                 pid=proc.pid,
@@ -154,11 +159,14 @@ class ProcessRuntime(Runtime):
             )
             if stop is not None:
                 threading.Thread(target=self.stop, args=(job, stop.timeout), daemon=True).start()
-            code = wait_exit(proc, pidfd)
+            code = proc.wait() if pidfd is None else self._watch(job, ctl, proc, pidfd)
             # The job is its main process: whatever it left in its group goes with it (and
-            # lets go of the output pipe, so the reader sees EOF).
+            # lets go of the output pipe, which then ends).
             kill_group(proc.pid, signal.SIGKILL)
-            reader.join(timeout=5)
+            if reader is not None:
+                reader.join(timeout=DRAIN_SECONDS)
+            else:
+                self._drain(job, ctl, proc)
             return code if code >= 0 else 128 - code
         finally:
             self._pidfds.close(pidfd)
@@ -196,6 +204,30 @@ class ProcessRuntime(Runtime):
         except (UnpackError, OSError) as e:
             raise StartError(EXECUTOR_ERROR, f"cannot unpack the code into {cwd}: {e}") from e
         log.info("job %s: unpacked %d file(s) of code %s", job.id, count, code[:12])
+
+    def _watch(self, job: Job, ctl: JobControl, proc: subprocess.Popen, pidfd: int) -> int:
+        """The job's exit status, its output passed on meanwhile (the pipe closed if ended)."""
+        assert proc.stdout is not None
+        pipe_open = pump_until_exit(
+            pidfd, proc.stdout.fileno(), lambda data: ctl.append_log(job, data)
+        )
+        if not pipe_open:
+            proc.stdout.close()
+        return proc.wait()
+
+    def _drain(self, job: Job, ctl: JobControl, proc: subprocess.Popen) -> None:
+        """What the job's group wrote before it went; a pipe still held open after
+        DRAIN_SECONDS (by a process that left the group) goes on being read by a thread of
+        its own, as a job without a pidfd has, so that process writes on unhindered."""
+        assert proc.stdout is not None
+        if proc.stdout.closed:
+            return
+        if drain(proc.stdout.fileno(), lambda data: ctl.append_log(job, data), DRAIN_SECONDS):
+            proc.stdout.close()
+        else:
+            threading.Thread(
+                target=self._read, args=(job, ctl, proc), name=f"log-{job.id}", daemon=True
+            ).start()
 
     def _read(self, job: Job, ctl: JobControl, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None

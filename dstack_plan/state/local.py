@@ -341,8 +341,10 @@ class LocalBackend(StateBackend):
 
     def compact(self) -> None:
         """Fold the journal into the state file once it holds an eighth of the file (and 64
-        KiB): every reader (each plan, each watch tick) would otherwise parse it line by line
-        on top of the file. A failure leaves the journal, which is as good, to the next
+        KiB), or once it has deleted at least half the file's resources: every reader (each
+        plan, each watch tick) would otherwise parse it line by line on top of the file, or
+        parse the file's dead entries (after a destroy of 10,000 runs, 17 MB of them, a few
+        hundred KiB of journal). A failure leaves the journal, which is as good, to the next
         commit."""
         with self._write_lock():
             try:
@@ -350,7 +352,8 @@ class LocalBackend(StateBackend):
                 file_size = self.path.stat().st_size
             except OSError:  # no journal (or none to see): nothing to fold
                 return
-            if size < COMPACT_FROM_BYTES or size * COMPACT_FRACTION < file_size:
+            grown = size >= COMPACT_FROM_BYTES and size * COMPACT_FRACTION >= file_size
+            if not grown and not self._mostly_deleted():
                 return
             current = self._load()
             if current is None:
@@ -361,6 +364,15 @@ class LocalBackend(StateBackend):
                 self.journal_path.unlink(missing_ok=True)  # folded in
             except OSError as err:
                 log.warning("%s: the journal stays unfolded: %s", self.path, err)
+
+    def _mostly_deleted(self) -> bool:
+        """Whether the state this backend last read or wrote holds at most half the
+        resources of the state file under its journal (known without reading anything)."""
+        journaled, parsed = self._journaled, self._parsed
+        if journaled is None or parsed is None or journaled.base != parsed[0]:
+            return False
+        left = len(journaled.replayed.state.resources)
+        return left * 2 <= len(parsed[1].resources)
 
     def _append(self, current: State, to_write: State) -> bool:
         """Commit `to_write` as a journal line when the state is large and the journal still

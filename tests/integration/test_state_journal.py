@@ -40,6 +40,12 @@ def _fill(backend: LocalBackend, count: int, padding: int = 100) -> State:
     return commit(backend, lambda _s: state).state
 
 
+def _drop(state: State, numbers: range) -> State:
+    for i in numbers:
+        state = state.without(f"task.t{i:05d}")
+    return state
+
+
 def test_a_commit_appends_what_changed_and_a_fresh_reader_sees_it(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     backend = LocalBackend(path)
@@ -107,6 +113,24 @@ def test_compact_folds_a_journal_of_an_eighth_of_the_file_and_keeps_the_serial(
     after = commit(backend, lambda s: s.with_resource(entry("task.t00002", n=2)))
     assert after.state.serial == done.state.serial + 1
     assert LocalBackend(path).read().state == after.state
+
+
+def test_compact_folds_a_journal_that_deleted_half_the_file(tmp_path: Path) -> None:
+    # After a destroy, the journal of deletions is small beside the file, yet every reader
+    # would parse the file's dead entries: once half are gone, the end of the command folds.
+    path = tmp_path / "state.json"
+    backend = LocalBackend(path)
+    _fill(backend, 2000)
+    commit(backend, lambda s: _drop(s, range(900)))
+    backend.compact()  # 1,100 of 2,000 left: the file is mostly alive
+    assert backend.journal_path.exists()
+    done = commit(backend, lambda s: _drop(s, range(900, 1000)))
+    assert backend.journal_path.stat().st_size * 8 < path.stat().st_size  # a small journal
+    backend.compact()  # 1,000 of 2,000 left
+    assert not backend.journal_path.exists()
+    on_disk = parse_state(path.read_bytes(), path)
+    assert on_disk == done.state and len(on_disk.resources) == 1000
+    assert LocalBackend(path).read().state == done.state
 
 
 def test_a_torn_last_line_is_ignored_and_cut_off_by_the_next_commit(tmp_path: Path) -> None:

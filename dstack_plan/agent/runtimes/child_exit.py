@@ -91,6 +91,12 @@ def drain(pipe: int, on_output: Callable[[bytes], None], seconds: float) -> bool
     return False
 
 
+def read_to_end(pipe: int, on_output: Callable[[bytes], None]) -> None:
+    """Pass everything that arrives on `pipe` to `on_output`, until its end (blocking)."""
+    while _pass_on(pipe, on_output):
+        pass
+
+
 def _pass_on(pipe: int, on_output: Callable[[bytes], None]) -> bool:
     """One read of `pipe` passed to `on_output`; False at its end (or a read error)."""
     try:

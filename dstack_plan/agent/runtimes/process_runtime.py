@@ -21,12 +21,16 @@ from dstack_plan.agent.job import Job
 from dstack_plan.agent.proctree import process_start_ticks
 from dstack_plan.agent.protocol import EXECUTOR_ERROR, REDACTED, RUNTIME_PROCESS
 from dstack_plan.agent.runtimes.base import JobControl, Runtime, StartError, host_network_ports
-from dstack_plan.agent.runtimes.child_exit import Pidfds, drain, pump_until_exit
+from dstack_plan.agent.runtimes.child_exit import (
+    Pidfds,
+    drain,
+    pump_until_exit,
+    read_to_end,
+)
 from dstack_plan.agent.runtimes.direct_exec import direct_argv
 
 log = logging.getLogger(__name__)
 
-_READ_SIZE = 64 * 1024
 DRAIN_SECONDS = 5.0
 """How long a job's output is still read after its group is gone: a process that left the
 group holding the pipe would otherwise keep its reader for as long as it runs."""
@@ -231,15 +235,8 @@ class ProcessRuntime(Runtime):
 
     def _read(self, job: Job, ctl: JobControl, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
-        fd = proc.stdout.fileno()
         try:
-            while True:
-                data = os.read(fd, _READ_SIZE)
-                if not data:
-                    break
-                ctl.append_log(job, data)
-        except OSError as e:
-            log.warning("job %s: reading output failed: %s", job.id, e)
+            read_to_end(proc.stdout.fileno(), lambda data: ctl.append_log(job, data))
         finally:
             proc.stdout.close()
 
